@@ -9,7 +9,8 @@
 #   make fuzz       libFuzzer targets (clang) into build-fuzz/
 #
 # Layout is discovered, not listed: every lib/*.c goes into libdi.a, every tools/di-X/*.c
-# links into bin/di-X, every tests/unit/test_*.c becomes one test binary.
+# links into bin/di-X, every tests/unit/test_*.c becomes one test binary, every
+# tests/drivers/X.c and bench/X.c one program in build/drivers/ and build/bench/.
 
 BUILD    ?= build
 BIN      ?= bin
@@ -28,12 +29,15 @@ TOOL_BINS := $(TOOLS:%=$(BIN)/%)
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BINS := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TESTLIB   := $(BUILD)/tests/testlib.o
+# Test-only helper programs that Python tests drive, and benchmark drivers: one .c each.
+DRIVER_BINS := $(patsubst tests/drivers/%.c,$(BUILD)/drivers/%,$(wildcard tests/drivers/*.c))
+BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all tools tests setup deps data demo check asan check-asan fuzz clean
 all: tools tests
 
 tools: $(TOOL_BINS)
-tests: $(TEST_BINS)
+tests: $(TEST_BINS) $(DRIVER_BINS) $(BENCH_BINS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -50,6 +54,14 @@ $(BIN)/%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/%/*.c)) $(LIBDI)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TESTLIB) $(LIBDI)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/drivers/%: $(BUILD)/tests/drivers/%.o $(LIBDI)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBDI)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -91,4 +103,4 @@ build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard lib/*.h)
 clean:
 	rm -rf build build-asan build-fuzz bin
 
--include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tools/*/*.d) $(wildcard $(BUILD)/tests/unit/*.d)
+-include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tools/*/*.d) $(wildcard $(BUILD)/tests/*/*.d) $(wildcard $(BUILD)/bench/*.d)
