@@ -148,7 +148,7 @@ void frame_encode(const frame_t *f, buf_t *out);
 
 /* Decodes exactly one frame from data[0..len). Returns 0 on success; -1 on a malformed or
  * invalid frame, with a message naming what was wrong in err. On failure f is left freed;
- * if the frame's id and seq could be read they are left in *id_out/*seq_out (id_out may be
+ * if the frame's id and seq could be read they are left in *id_out and *seq_out (id_out may be
  * NULL; the caller frees *id_out) so the caller can fail just that request. */
 int frame_decode(const uint8_t *data, size_t len, frame_t *f, char **id_out, uint64_t *seq_out, char *err,
                  size_t errlen);

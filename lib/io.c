@@ -1,0 +1,416 @@
+#include "io.h"
+#include "log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+/* ---- endpoints ------------------------------------------------------------------------- */
+
+typedef struct {
+    bool is_stream; /* "-" */
+    bool bind;
+    char endpoint[512];
+} endpoint_t;
+
+static void parse_endpoint(const char *spec, const char *flag, endpoint_t *e)
+{
+    *e = (endpoint_t){0};
+    if (!strcmp(spec, "-")) {
+        e->is_stream = true;
+        return;
+    }
+    const char *s = spec;
+    if (*s == '@') e->bind = true, s++;
+    else if (*s == '>') s++;
+    bool tcp = !strncmp(s, "tcp://", 6), ipc = !strncmp(s, "ipc://", 6);
+    if ((!tcp && !ipc) || !s[6])
+        die("bad --%s '%s': expected -, tcp://HOST:PORT or ipc://PATH (prefix @ to bind)", flag, spec);
+    if (tcp) {
+        const char *colon = strrchr(s + 6, ':');
+        int64_t port;
+        if (!colon || !parse_i64(colon + 1, 1, 65535, &port))
+            die("bad --%s '%s': tcp endpoints need HOST:PORT with a port in 1..65535", flag, spec);
+        if (colon == s + 6) {
+            if (!e->bind) die("bad --%s '%s': connecting needs a host", flag, spec);
+            /* Binding defaults to loopback; all interfaces only when asked with "*". */
+            snprintf(e->endpoint, sizeof e->endpoint, "tcp://127.0.0.1%s", colon);
+            return;
+        }
+    }
+    if (strlen(s) >= sizeof e->endpoint) die("--%s endpoint too long", flag);
+    snprintf(e->endpoint, sizeof e->endpoint, "%s", s);
+}
+
+static void *ctx;
+
+static void *zmq_context_if_open(void)
+{
+    void *c = ctx;
+    ctx = NULL;
+    return c;
+}
+
+static void *zmq_context(void)
+{
+    if (!ctx) {
+        ctx = zmq_ctx_new();
+        if (!ctx) die("cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+    }
+    return ctx;
+}
+
+static void *open_socket(int type, const endpoint_t *e, const cli_common_t *c, const char *flag)
+{
+    void *s = zmq_socket(zmq_context(), type);
+    if (!s) die("cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
+    int hwm = (int)c->hwm;
+    int64_t max_msg = FRAME_MAX_BYTES;
+    zmq_setsockopt(s, type == ZMQ_PULL ? ZMQ_RCVHWM : ZMQ_SNDHWM, &hwm, sizeof hwm);
+    if (type == ZMQ_PULL) zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+    int rc = e->bind ? zmq_bind(s, e->endpoint) : zmq_connect(s, e->endpoint);
+    if (rc != 0)
+        die("cannot %s --%s %s: %s", e->bind ? "bind" : "connect", flag, e->endpoint, zmq_strerror(errno));
+    return s;
+}
+
+bool frame_is_terminal(frame_type_t t)
+{
+    return t == FRAME_REQUEST || t == FRAME_DONE || t == FRAME_ERROR;
+}
+
+/* ---- input ----------------------------------------------------------------------------- */
+
+struct frame_in {
+    endpoint_t ep;
+    void *sock;          /* ZeroMQ, or NULL for the stream */
+    buf_t buf;           /* stream bytes not yet consumed, from buf.data[pos] */
+    size_t pos;
+    bool eof;
+    bool closed;
+    ledger_t ledger;
+    io_counters_t counters;
+};
+
+frame_in_t *frame_in_open(const char *spec, const cli_common_t *c)
+{
+    frame_in_t *in = xcalloc(1, sizeof *in);
+    parse_endpoint(spec, "in", &in->ep);
+    if (!in->ep.is_stream) in->sock = open_socket(ZMQ_PULL, &in->ep, c, "in");
+    return in;
+}
+
+/* Internal result: an eos was absorbed and the input goes on. */
+#define IN_AGAIN ((in_result_t)(IN_FATAL - 1))
+
+/* Handle one complete message: an eos feeds the ledger, anything else is a frame. */
+static in_result_t take_message(frame_in_t *in, const uint8_t *data, size_t len, frame_t *f, in_bad_t *bad)
+{
+    in->counters.bytes += len;
+    if (frame_decode(data, len, f, &bad->id, &bad->seq, bad->reason, sizeof bad->reason) != 0) {
+        in->counters.bad++;
+        return IN_BAD;
+    }
+    in->counters.frames++;
+    in->counters.by_type[f->type]++;
+    if (f->type != FRAME_EOS) return IN_FRAME;
+    int rc = ledger_add(&in->ledger, &f->eos, bad->reason, sizeof bad->reason);
+    frame_free(f);
+    if (rc != 0) return IN_FATAL;
+    return ledger_complete(&in->ledger) ? IN_END : IN_AGAIN;
+}
+
+static in_result_t next_from_stream(frame_in_t *in, frame_t *f, in_bad_t *bad)
+{
+    for (;;) {
+        size_t avail = in->buf.len - in->pos;
+        if (avail) {
+            int64_t n = frame_wire_length(in->buf.data + in->pos, avail, bad->reason, sizeof bad->reason);
+            if (n < 0) return IN_FATAL;
+            if (n > 0) {
+                const uint8_t *msg = in->buf.data + in->pos;
+                in->pos += (size_t)n;
+                return take_message(in, msg, (size_t)n, f, bad);
+            }
+        }
+        if (in->eof) {
+            if (avail) {
+                snprintf(bad->reason, sizeof bad->reason, "input ended inside a frame (%zu bytes left)", avail);
+                return IN_FATAL;
+            }
+            return IN_END;
+        }
+        /* Compact, then read more. */
+        if (in->pos) {
+            memmove(in->buf.data, in->buf.data + in->pos, avail);
+            in->buf.len = avail;
+            in->pos = 0;
+        }
+        buf_reserve(&in->buf, 1 << 16);
+        ssize_t got = read(STDIN_FILENO, in->buf.data + in->buf.len, in->buf.cap - in->buf.len - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            snprintf(bad->reason, sizeof bad->reason, "reading stdin: %s", strerror(errno));
+            return IN_FATAL;
+        }
+        if (got == 0) in->eof = true;
+        in->buf.len += (size_t)got;
+    }
+}
+
+static in_result_t next_from_socket(frame_in_t *in, frame_t *f, in_bad_t *bad)
+{
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    int rc;
+    do rc = zmq_msg_recv(&msg, in->sock, 0);
+    while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+        zmq_msg_close(&msg);
+        snprintf(bad->reason, sizeof bad->reason, "receiving: %s", zmq_strerror(errno));
+        return IN_FATAL;
+    }
+    bool extra = zmq_msg_more(&msg);
+    in_result_t r;
+    if (extra) {
+        /* Drain the rest of the multipart message; this protocol version has one part. */
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        while (zmq_msg_more(&msg) && zmq_msg_recv(&part, in->sock, 0) >= 0 && zmq_msg_more(&part)) {}
+        zmq_msg_close(&part);
+        in->counters.bad++;
+        snprintf(bad->reason, sizeof bad->reason, "unexpected multipart message (protocol v%d frames are one part)",
+                 FRAME_VERSION);
+        bad->id = NULL;
+        r = IN_BAD;
+    } else
+        r = take_message(in, zmq_msg_data(&msg), zmq_msg_size(&msg), f, bad);
+    zmq_msg_close(&msg);
+    return r;
+}
+
+in_result_t frame_in_next(frame_in_t *in, frame_t *f, in_bad_t *bad)
+{
+    for (;;) {
+        *bad = (in_bad_t){0};
+        if (ledger_complete(&in->ledger)) return IN_END;
+        if (in->closed) return IN_END;
+        in_result_t r = in->sock ? next_from_socket(in, f, bad) : next_from_stream(in, f, bad);
+        if (r == IN_END && !in->ledger.heard)
+            log_warn("input ended without an end-of-stream frame (did an upstream stage fail?)");
+        else if (r == IN_END && !ledger_complete(&in->ledger))
+            log_warn("input ended with %llu of %llu announced requests served upstream",
+                     (unsigned long long)in->ledger.served, (unsigned long long)in->ledger.announced);
+        if (r != IN_AGAIN) return r;
+    }
+}
+
+const ledger_t *frame_in_ledger(const frame_in_t *in)
+{
+    return &in->ledger;
+}
+
+const io_counters_t *frame_in_counters(const frame_in_t *in)
+{
+    return &in->counters;
+}
+
+void frame_in_close(frame_in_t *in)
+{
+    if (in->sock) {
+        int linger = 0;
+        zmq_setsockopt(in->sock, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(in->sock);
+        in->sock = NULL;
+    }
+    in->closed = true;
+}
+
+void frame_in_free(frame_in_t *in)
+{
+    if (!in) return;
+    frame_in_close(in);
+    buf_free(&in->buf);
+    ledger_free(&in->ledger);
+    free(in);
+}
+
+/* ---- output ---------------------------------------------------------------------------- */
+
+struct frame_out {
+    endpoint_t ep;
+    void *sock;
+    void *monitor;       /* PAIR socket receiving connect/disconnect events of sock */
+    int peers;
+    double eos_timeout;
+    const char *stage;
+    buf_t buf;
+    uint64_t served;
+    io_counters_t counters;
+};
+
+static void open_monitor(frame_out_t *out)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "inproc://di-monitor-%p", (void *)out);
+    if (zmq_socket_monitor(out->sock, addr, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+        die("cannot monitor the output socket: %s", zmq_strerror(errno));
+    out->monitor = zmq_socket(zmq_context(), ZMQ_PAIR);
+    if (!out->monitor || zmq_connect(out->monitor, addr) != 0)
+        die("cannot connect the output monitor: %s", zmq_strerror(errno));
+}
+
+/* Apply pending connect/disconnect events to the peer count. */
+static void drain_monitor(frame_out_t *out)
+{
+    for (;;) {
+        zmq_msg_t head, addr;
+        zmq_msg_init(&head);
+        if (zmq_msg_recv(&head, out->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&head);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&head) >= 2) memcpy(&event, zmq_msg_data(&head), 2);
+        bool more = zmq_msg_more(&head);
+        zmq_msg_close(&head);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, out->monitor, 0);
+            zmq_msg_close(&addr);
+        }
+        if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) out->peers++;
+        else if (event == ZMQ_EVENT_DISCONNECTED && out->peers > 0) out->peers--;
+    }
+}
+
+frame_out_t *frame_out_open(const char *spec, const cli_common_t *c, const char *stage)
+{
+    frame_out_t *out = xcalloc(1, sizeof *out);
+    parse_endpoint(spec, "out", &out->ep);
+    out->eos_timeout = c->eos_timeout;
+    out->stage = stage;
+    if (out->ep.is_stream) {
+        signal(SIGPIPE, SIG_IGN); /* a closed pipe becomes a write error we can name */
+        return out;
+    }
+    out->sock = open_socket(ZMQ_PUSH, &out->ep, c, "out");
+    open_monitor(out);
+    return out;
+}
+
+static void write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) die("writing the output: %s", strerror(errno));
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void send_encoded(frame_out_t *out, int flags)
+{
+    if (!out->sock) {
+        write_all(STDOUT_FILENO, out->buf.data, out->buf.len);
+        return;
+    }
+    while (zmq_send(out->sock, out->buf.data, out->buf.len, flags) < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) return; /* only with ZMQ_DONTWAIT or a send timeout */
+        die("sending on %s: %s", out->ep.endpoint, zmq_strerror(errno));
+    }
+}
+
+void frame_out_send(frame_out_t *out, const frame_t *f)
+{
+    buf_clear(&out->buf);
+    frame_encode(f, &out->buf);
+    send_encoded(out, 0);
+    out->counters.frames++;
+    out->counters.bytes += out->buf.len;
+    out->counters.by_type[f->type]++;
+    if (frame_is_terminal(f->type)) out->served++;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Offer end-of-stream on a socket. With several peers sharing our PUSH, one copy reaches one
+ * of them, so keep offering while any peer is connected: a peer that got it closes its
+ * input and disconnects; receivers ignore repeats from the same sender. */
+static void offer_eos_on_socket(frame_out_t *out)
+{
+    int timeout_ms = (int)(out->eos_timeout * 1000);
+    zmq_setsockopt(out->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+    send_encoded(out, 0);
+    int backoff = 10;
+    for (;;) {
+        drain_monitor(out);
+        if (out->peers <= 0) break;
+        sleep_ms(backoff);
+        backoff = backoff < 500 ? backoff * 2 : 500;
+        drain_monitor(out);
+        if (out->peers <= 0) break;
+        send_encoded(out, ZMQ_DONTWAIT);
+    }
+    /* No peer now: frames still queued get eos_timeout to reach a (re)connecting one. */
+    zmq_setsockopt(out->sock, ZMQ_LINGER, &timeout_ms, sizeof timeout_ms);
+}
+
+void frame_out_finish(frame_out_t *out, const ledger_t *ledger)
+{
+    if (ledger && ledger->heard) {
+        frame_t eos;
+        frame_init(&eos, FRAME_EOS);
+        eos.eos = (frame_eos_t){
+            .sender = (char *)ledger_instance_id(out->stage),
+            .origin = ledger->origin,
+            .announced = ledger->announced,
+            .served = out->served,
+            .ids = ledger->ids,
+            .n_ids = ledger->n_ids,
+        };
+        buf_clear(&out->buf);
+        frame_encode(&eos, &out->buf);
+        out->counters.frames++;
+        out->counters.bytes += out->buf.len;
+        out->counters.by_type[FRAME_EOS]++;
+        if (out->sock) offer_eos_on_socket(out);
+        else send_encoded(out, 0);
+    }
+    if (out->sock) {
+        zmq_socket_monitor(out->sock, NULL, 0);
+        zmq_close(out->monitor);
+        zmq_close(out->sock);
+        out->sock = NULL;
+    }
+    buf_free(&out->buf);
+    free(out);
+}
+
+void io_shutdown(void)
+{
+    /* Blocks until frames still queued on closed sockets are delivered (or their linger ends). */
+    void *ctx = zmq_context_if_open();
+    if (ctx) zmq_ctx_term(ctx);
+}
+
+const io_counters_t *frame_out_counters(const frame_out_t *out)
+{
+    return &out->counters;
+}
+
+uint64_t frame_out_served(const frame_out_t *out)
+{
+    return out->served;
+}
