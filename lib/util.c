@@ -103,8 +103,9 @@ void buf_puts(buf_t *b, const char *s)
 void buf_printf(buf_t *b, const char *fmt, ...)
 {
     va_list ap;
+    char probe[1];
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(probe, sizeof probe, fmt, ap);
     va_end(ap);
     if (n <= 0) return;
     buf_reserve(b, (size_t)n);

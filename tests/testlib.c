@@ -28,6 +28,17 @@ void t_checkf(bool ok, const char *file, int line, const char *fmt, ...)
     va_end(ap);
 }
 
+void t_check_eq(long long a, long long b, const char *ea, const char *eb, const char *file, int line)
+{
+    t_checkf(a == b, file, line, "%s == %s (%lld vs %lld)", ea, eb, a, b);
+}
+
+void t_check_str(const char *a, const char *b, const char *ea, const char *eb, const char *file, int line)
+{
+    t_checkf(a && b && !strcmp(a, b), file, line, "%s == %s (\"%s\" vs \"%s\")", ea, eb, a ? a : "(null)",
+             b ? b : "(null)");
+}
+
 void t_run(const char *name, void (*fn)(void))
 {
     case_name = name;
