@@ -178,12 +178,14 @@ static void pack_bool(msgpack_packer *pk, const char *key, bool v)
 
 static void pack_meta(msgpack_packer *pk, const frame_meta_t *m)
 {
-    msgpack_pack_map(pk, 5 + (m->custom_id != NULL) + (m->model != NULL) + (m->n_stop > 0));
+    msgpack_pack_map(pk, 5 + m->continuation + m->in_tool_calls + (m->custom_id != NULL) + (m->model != NULL) + (m->n_stop > 0));
     pack_key_str(pk, "shape", request_shape_name(m->shape));
     if (m->custom_id) pack_key_str(pk, "custom_id", m->custom_id);
     if (m->model) pack_key_str(pk, "model", m->model);
     pack_bool(pk, "thinking", m->thinking);
     pack_bool(pk, "tools", m->tools);
+    if (m->continuation) pack_bool(pk, "continuation", true);
+    if (m->in_tool_calls) pack_bool(pk, "in_tool_calls", true);
     pack_bool(pk, "json", m->parse_json);
     if (m->n_stop) {
         pack_str(pk, "stop");

@@ -73,7 +73,9 @@ typedef struct {
     char *custom_id;       /* batch lines: the caller's custom_id */
     char *model;           /* model name as the caller wrote it, or NULL */
     bool thinking;         /* generation starts inside the reasoning block */
+    bool continuation;     /* the prompt continues an assistant prefix: leading newlines kept */
     bool tools;            /* the request declared tools: parse DSML tool calls */
+    bool in_tool_calls;    /* the prompt opened the tool-call block (tool_choice required) */
     bool parse_json;       /* response_format asked for JSON */
     char **stop;           /* stop strings, applied to the text */
     uint32_t n_stop;

@@ -178,6 +178,8 @@ static bool meta_field(dec_t *d, const char *k, uint32_t n, void *ctx, bool *kno
     if (key_is(k, n, "model")) return read_text(d, 4096, &m->model);
     if (key_is(k, n, "thinking")) return check(d, mpr_bool(&d->r, &m->thinking));
     if (key_is(k, n, "tools")) return check(d, mpr_bool(&d->r, &m->tools));
+    if (key_is(k, n, "continuation")) return check(d, mpr_bool(&d->r, &m->continuation));
+    if (key_is(k, n, "in_tool_calls")) return check(d, mpr_bool(&d->r, &m->in_tool_calls));
     if (key_is(k, n, "json")) return check(d, mpr_bool(&d->r, &m->parse_json));
     if (key_is(k, n, "prompt_tokens")) return read_u64(d, &m->prompt_tokens);
     if (key_is(k, n, "stop")) {
