@@ -230,10 +230,10 @@ void outparse_init(outparse_t *p, const outparse_opts_t *opts)
     st->branches = xcalloc(st->n_stop + 8, sizeof *st->branches); /* the largest stage adds 7 */
     if (opts->plain)
         enter(st, S_PLAIN, false);
-    else if (opts->thinking)
-        enter(st, S_REASONING, true);
+    else if (opts->in_tool_calls)
+        enter(st, S_CALLS, false);
     else
-        enter(st, S_ANSWER, true);
+        enter(st, opts->thinking ? S_REASONING : S_ANSWER, !opts->continuation);
 }
 
 void outparse_free(outparse_t *p)

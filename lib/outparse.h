@@ -2,8 +2,9 @@
  * markup into OpenAI tool calls and ends the answer at stop strings. It reproduces, byte for
  * byte, how deepseek-recipe 0.2.0 (the reference serving code) parses DeepSeek V4 output:
  *
- *   - thinking mode: text up to "</think>" is reasoning (leading newlines dropped, newlines
- *     right before "</think>" dropped); the answer then starts, leading newlines dropped.
+ *   - thinking mode: text up to "</think>" is reasoning (leading newlines dropped unless the
+ *     prompt continues an assistant prefix, newlines right before "</think>" dropped); the
+ *     answer then starts, leading newlines dropped.
  *     A "</think>" met in the answer is dropped. "<｜DSML｜" (with any newlines before it)
  *     starts tool calls, even inside the reasoning.
  *   - tool calls: each `invoke name="N">` opens a call named N; its arguments are built as
@@ -30,17 +31,19 @@
 #include <stdint.h>
 
 typedef struct {
-    bool plain;        /* raw completion: text is the answer, only stop strings act on it */
-    bool thinking;     /* the prompt ended with <think>: output starts in the reasoning */
-    bool tools;        /* the request declared tools: parse DSML tool calls */
-    bool json;         /* JSON output mode */
-    char *const *stop; /* stop strings (empty ones are ignored) */
+    bool plain;         /* raw completion: text is the answer, only stop strings act on it */
+    bool thinking;      /* the prompt ended with <think>: output starts in the reasoning */
+    bool continuation;  /* the prompt continues an assistant prefix: leading newlines are kept */
+    bool tools;         /* the request declared tools: parse DSML tool calls */
+    bool in_tool_calls; /* the prompt opened the tool-call block: output starts inside it */
+    bool json;          /* JSON output mode */
+    char *const *stop;  /* stop strings (empty ones are ignored) */
     uint32_t n_stop;
 } outparse_opts_t;
 
 typedef struct {
     char *name;
-    buf_t args;        /* the arguments as JSON text, as far as the markup went */
+    buf_t args;         /* the arguments as JSON text, as far as the markup went */
 } outparse_call_t;
 
 typedef struct {
@@ -49,7 +52,7 @@ typedef struct {
     buf_t reasoning;
     outparse_call_t *calls;
     size_t n_calls;
-    bool stopped;      /* a stop string ended the answer */
+    bool stopped;       /* a stop string ended the answer */
 
     struct outparse_state *st; /* private */
 } outparse_t;

@@ -41,7 +41,9 @@ response_t *response_new(const tokenizer_t *tok, const char *id, const frame_met
     outparse_opts_t opts = {
         .plain = meta->shape == SHAPE_PROMPT,
         .thinking = meta->thinking,
+        .continuation = meta->continuation,
         .tools = meta->tools,
+        .in_tool_calls = meta->in_tool_calls,
         .json = meta->parse_json,
         .stop = meta->stop,
         .n_stop = meta->n_stop,

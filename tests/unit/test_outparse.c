@@ -138,6 +138,20 @@ static void test_answer_drops_leading_newlines_and_stray_think_end(void)
     outparse_free(&p);
 }
 
+static void test_continuation_keeps_leading_newlines(void)
+{
+    outparse_opts_t o = {.thinking = true, .continuation = true};
+    outparse_t p;
+    parse(&p, &o, "\n\nmore thought</think>\n\nanswer", NULL);
+    CHECK_STR(str(&p.reasoning), "\n\nmore thought");
+    CHECK_STR(str(&p.content), "answer"); /* a new answer still drops them */
+    outparse_free(&p);
+    outparse_opts_t answer = {.continuation = true};
+    parse(&p, &answer, "\n\nmore answer", NULL);
+    CHECK_STR(str(&p.content), "\n\nmore answer");
+    outparse_free(&p);
+}
+
 static const char CALLS[] = "Let me look.\n\n<" DSML " calls>\n"
                             "<" DSML " invoke name=\"get_weather\">\n"
                             "<" DSML " parameter name=\"city\" string=\"true\">Paris \"Ville\"\n</" DSML " parameter>\n"
@@ -190,6 +204,16 @@ static void test_tool_calls_in_reasoning_end_it(void)
     parse(&p, &o, "thinking\n<" DSML " calls>\n<" DSML " invoke name=\"f\">\n</" DSML " invoke>\n</" DSML " calls>", NULL);
     CHECK_STR(str(&p.reasoning), "thinking");
     CHECK_EQ(p.n_calls, 1);
+    outparse_free(&p);
+}
+
+static void test_output_starting_inside_tool_calls(void)
+{
+    outparse_opts_t o = {.tools = true, .in_tool_calls = true, .thinking = true};
+    outparse_t p;
+    parse(&p, &o, "<" DSML " invoke name=\"f\">\n</" DSML " invoke>\n</" DSML " calls>", NULL);
+    CHECK_EQ(p.n_calls, 1);
+    CHECK_STR(str(&p.reasoning), "");
     outparse_free(&p);
 }
 
@@ -280,9 +304,11 @@ int main(void)
     RUN(test_plain_keeps_chat_markup);
     RUN(test_thinking_splits_reasoning_from_answer);
     RUN(test_answer_drops_leading_newlines_and_stray_think_end);
+    RUN(test_continuation_keeps_leading_newlines);
     RUN(test_tool_calls);
     RUN(test_tool_calls_v4_tags_and_escapes);
     RUN(test_tool_calls_in_reasoning_end_it);
+    RUN(test_output_starting_inside_tool_calls);
     RUN(test_truncated_tool_call);
     RUN(test_streaming_holds_back_possible_markers);
     RUN(test_json_mode);
