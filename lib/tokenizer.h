@@ -21,12 +21,16 @@ void tokenizer_free(tokenizer_t *t);
 const char *tokenizer_default_path(void);
 
 /* Plain-text encoding: the text is ordinary text, so the spelling of a special or added
- * token inside it is tokenized as text, never turned into a control token. Appends to out.
- * Invalid UTF-8 is the caller's to reject (returns -1 if met). */
+ * token inside it is tokenized as text, never turned into a control token (deepseek-recipe's
+ * "prompt encoding" of the text between special ranges). Appends to out and returns 0.
+ * Invalid UTF-8 is the caller's to reject: returns -1, out unchanged (also for a text of
+ * 4 GiB or more, or if the regex engine hits a resource limit). Thread-safe: each thread
+ * gets its own scratch space and word cache. */
 int tokenizer_encode(const tokenizer_t *t, const char *text, size_t len, ids_t *out);
 
 /* HF `Tokenizer.encode(text, add_special_tokens=False)`: added tokens (special or not) that
- * appear in the text become their ids, the text between them is encoded as above. */
+ * appear in the text become their ids, the text between them is encoded as above.
+ * Returns 0, or -1 as tokenizer_encode. */
 int tokenizer_encode_with_added(const tokenizer_t *t, const char *text, size_t len, ids_t *out);
 
 /* The id of an added/special token spelled exactly `text`, or -1. */
