@@ -1,0 +1,122 @@
+/* Number formats: decoders, encoders, block dequantization of stored weights. */
+#include "dequant.h"
+
+#include <math.h>
+#include <string.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
+
+static const float E2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float e4m3_to_f32(uint8_t b) {
+    int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) v = NAN;
+    else if (e == 0) v = ldexpf((float)m, -9);
+    else v = ldexpf((float)(8 + m), e - 10);
+    return (b & 0x80) ? -v : v;
+}
+
+float e2m1_to_f32(uint8_t code) {
+    float v = E2M1[code & 7];
+    return (code & 8) ? -v : v;
+}
+
+float e8m0_to_f32(uint8_t b) { return b == 255 ? NAN : ldexpf(1.0f, (int)b - 127); }
+
+uint16_t f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7FFF + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+uint8_t f32_to_e4m3(float x) {
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (isnan(x)) return sign | 0x7F;
+    if (a >= 448.0f) return sign | 0x7E;
+    if (a < 0x1p-6f) return sign | (uint8_t)rintf(a * 512.0f); /* subnormal; 8 rounds up to the first normal */
+    int e;
+    frexpf(a, &e); /* a = f 2^e, f in [0.5, 1) */
+    int E = e - 1;
+    int m = (int)rintf((ldexpf(a, -E) - 1.0f) * 8.0f);
+    if (m == 8) {
+        m = 0;
+        E++;
+    }
+    int code = (E + 7) << 3 | m;
+    return sign | (uint8_t)(code > 0x7E ? 0x7E : code);
+}
+
+uint8_t f32_to_e2m1(float x) {
+    static const float MID[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    float a = fabsf(x);
+    uint8_t code = 0;
+    if (!isnan(x))
+        for (int i = 0; i < 7; i++) code += a > MID[i] || (a == MID[i] && (i & 1)); /* ties go to the even code */
+    return code | (signbit(x) ? 8 : 0);
+}
+
+size_t wmat_data_bytes(wq_kind_t kind, int64_t rows, int64_t cols) {
+    switch (kind) {
+    case WQ_F32: return (size_t)(rows * cols) * 4;
+    case WQ_BF16: return (size_t)(rows * cols) * 2;
+    case WQ_FP8: return (size_t)(rows * cols);
+    case WQ_FP4: return (size_t)rows * (size_t)((cols + 1) / 2);
+    }
+    return 0;
+}
+
+size_t wmat_scale_count(int64_t rows, int64_t cols, int block_rows, int block_cols) {
+    return (size_t)((rows + block_rows - 1) / block_rows) * (size_t)((cols + block_cols - 1) / block_cols);
+}
+
+static float scale_at(const wmat_t *m, int64_t sr, int64_t sc) {
+    int64_t ncb = (m->cols + m->block_cols - 1) / m->block_cols;
+    size_t i = (size_t)(sr * ncb + sc);
+    if (!m->scale_f32) return e8m0_to_f32(m->scale[i]);
+    float f;
+    memcpy(&f, m->scale + 4 * i, 4);
+    return f;
+}
+
+void wmat_rows(const wmat_t *m, int64_t r0, int64_t n, float *out) {
+    int64_t cols = m->cols;
+    switch (m->kind) {
+    case WQ_F32:
+        memcpy(out, m->data + (size_t)(r0 * cols) * 4, (size_t)(n * cols) * 4);
+        return;
+    case WQ_BF16:
+        for (int64_t i = 0; i < n * cols; i++) {
+            uint16_t h;
+            memcpy(&h, m->data + (size_t)(r0 * cols + i) * 2, 2);
+            out[i] = bf16_to_f32(h);
+        }
+        return;
+    case WQ_FP8:
+    case WQ_FP4: {
+        size_t row_bytes = m->kind == WQ_FP8 ? (size_t)cols : (size_t)((cols + 1) / 2);
+        for (int64_t r = r0; r < r0 + n; r++, out += cols) {
+            const uint8_t *row = m->data + (size_t)r * row_bytes;
+            for (int64_t c0 = 0; c0 < cols; c0 += m->block_cols) {
+                float s = scale_at(m, r / m->block_rows, c0 / m->block_cols);
+                int64_t c1 = c0 + m->block_cols < cols ? c0 + m->block_cols : cols;
+                if (m->kind == WQ_FP8)
+                    for (int64_t c = c0; c < c1; c++) out[c] = e4m3_to_f32(row[c]) * s;
+                else
+                    for (int64_t c = c0; c < c1; c++) out[c] = e2m1_to_f32((uint8_t)(row[c >> 1] >> (4 * (c & 1)))) * s;
+            }
+        }
+        return;
+    }
+    }
+}
