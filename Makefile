@@ -48,8 +48,9 @@ $(LIBDI): $(LIB_OBJ)
 	ar rcs $@ $^
 
 # One binary per tool directory; the directory's .c files are its only objects besides libdi.
+tool_objs = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tools/$(1)/*.c))
 .SECONDEXPANSION:
-$(BIN)/%: $$(patsubst %.c,$(BUILD)/%.o,$$(wildcard tools/%/*.c)) $(LIBDI)
+$(BIN)/%: $$(call tool_objs,$$*) $(LIBDI)
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
