@@ -37,7 +37,7 @@ typedef struct {
     bool tools;         /* the request declared tools: parse DSML tool calls */
     bool in_tool_calls; /* the prompt opened the tool-call block: output starts inside it */
     bool json;          /* JSON output mode */
-    char *const *stop;  /* stop strings (empty ones are ignored) */
+    char *const *stop;  /* stop strings, valid UTF-8 (empty ones are ignored) */
     uint32_t n_stop;
 } outparse_opts_t;
 

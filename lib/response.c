@@ -90,7 +90,7 @@ static void call_id(const response_t *r, size_t index, char out[40])
     out[n + 24] = 0;
 }
 
-static json_t *tool_call_json(const response_t *r, size_t i, bool with_index, size_t args_from)
+static json_t *tool_call_json(const response_t *r, size_t i, bool with_index)
 {
     char id[40];
     call_id(r, i, id);
@@ -100,7 +100,7 @@ static json_t *tool_call_json(const response_t *r, size_t i, bool with_index, si
     json_object_set_new(call, "id", json_string(id));
     json_object_set_new(call, "type", json_string("function"));
     json_object_set_new(call, "function",
-                        json_pack("{s:o, s:o}", "name", json_string(c->name), "arguments", json_buf(&c->args, args_from)));
+                        json_pack("{s:o, s:o}", "name", json_string(c->name), "arguments", json_buf(&c->args, 0)));
     return call;
 }
 
@@ -113,11 +113,11 @@ static json_t *take_delta(response_t *r)
         json_object_set_new(d, "reasoning_content", json_buf(&o->reasoning, r->sent_reasoning));
     if (o->content.len > r->sent_content) json_object_set_new(d, "content", json_buf(&o->content, r->sent_content));
     json_t *calls = json_array();
-    r->sent_args = xrealloc(r->sent_args, (o->n_calls + 1) * sizeof *r->sent_args);
+    if (o->n_calls > r->sent_calls) r->sent_args = xrealloc(r->sent_args, o->n_calls * sizeof *r->sent_args);
     for (size_t i = 0; i < o->n_calls; i++) {
         const buf_t *args = &o->calls[i].args;
         if (i >= r->sent_calls)
-            json_array_append_new(calls, tool_call_json(r, i, true, 0));
+            json_array_append_new(calls, tool_call_json(r, i, true));
         else if (args->len > r->sent_args[i])
             json_array_append_new(calls, json_pack("{s:I, s:{s:o}}", "index", (json_int_t)i, "function", "arguments",
                                                    json_buf(args, r->sent_args[i])));
@@ -156,7 +156,7 @@ static json_t *usage_json(uint64_t prompt_tokens, uint64_t completion_tokens)
 static json_t *tool_calls_json(const response_t *r)
 {
     json_t *calls = json_array();
-    for (size_t i = 0; i < r->out.n_calls; i++) json_array_append_new(calls, tool_call_json(r, i, false, 0));
+    for (size_t i = 0; i < r->out.n_calls; i++) json_array_append_new(calls, tool_call_json(r, i, false));
     return calls;
 }
 
