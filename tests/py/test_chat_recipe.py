@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The C chat renderer against the official one, deepseek-recipe.
+
+Every body in tests/data/chat_cases.jsonl, plus a seeded batch of generated conversations, goes
+through the test driver $BUILD/drivers/chat_render and through recipe's
+ChatCompletionRequest.convert + DeepseekV41Encoding / DeepseekV4Encoding. Compared: accept or
+reject, the prompt byte for byte, the special-token ranges, the derived options (thinking stage,
+tool parsing, stop, temperature, top_p, max_tokens, seed, logprobs, output constraint) and the
+token ids.
+
+Token ids: the V4.1 template uses <｜System｜>, which the V4 tokenizer in $DI_DATA lacks (the
+V4.1 tokenizer is not published here), so the ids are compared on that tokenizer with
+<｜System｜> appended as one more added token: both encoders then run on the same vocabulary.
+Without the tokenizer file the id comparison is skipped (and reported as skipped).
+
+Case lines: {"name", "body", "refuse"?}. "refuse": the engine rejects on purpose what recipe
+accepts (images: text-only engine); the error must say so.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+from deepseek_recipe import (ChatCompletionRequest, ConversionError, ConversionOptions, DeepseekV41Encoding,
+                             DeepseekV4Encoding, ModelVersion, ThinkingInitialStage, Tokenizer)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("BUILD", "build")
+DATA = os.environ.get("DI_DATA", "data")
+DRIVER = os.path.join(ROOT, BUILD, "drivers", "chat_render")
+CASES = os.path.join(ROOT, "tests", "data", "chat_cases.jsonl")
+N_GENERATED = 400
+
+STAGES = [(ThinkingInitialStage.ReasoningStart, "reasoning_start"),
+          (ThinkingInitialStage.ReasoningContinuation, "reasoning_continuation"),
+          (ThinkingInitialStage.ContentContinuation, "content_continuation")]
+
+
+def stage_name(stage):
+    return next((name for s, name in STAGES if stage == s), "none")
+
+passed = failed = skipped = 0
+
+
+def check(ok, name, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}: {what}")
+
+
+def byte_ranges(text, ranges):
+    """recipe's special ranges are code point offsets; the driver's are byte offsets."""
+    offsets = [0]
+    for ch in text:
+        offsets.append(offsets[-1] + len(ch.encode("utf-8")))
+    return [[offsets[s], offsets[e]] for s, e in ranges]
+
+
+def reference(body, tokenizer):
+    try:
+        conv = ChatCompletionRequest(body).convert(ConversionOptions())
+    except (ConversionError, ValueError) as e:
+        return {"ok": False, "error": str(e)}
+    v4 = conv.model_version == ModelVersion.DeepseekV4Pro
+    enc = DeepseekV4Encoding() if v4 else DeepseekV41Encoding()
+    r = enc.render_conversation(conv.conversation)
+    io, po = conv.inference_options, conv.parsing_options
+    oc = io.output_constraint
+    out = {
+        "ok": True, "model": "v4" if v4 else "v41", "prompt": r.prompt,
+        "special": byte_ranges(r.prompt, r.special_ranges),
+        "thinking": conv.conversation.thinking_mode, "stage": stage_name(po.thinking_initial_stage),
+        "tools": po.parse_tool_calls, "starts_in_tool_calls": po.starts_in_tool_calls,
+        "parse_json_output": po.parse_json_output, "stop": list(po.stop_sequences),
+        "temperature": io.temperature, "top_p": io.top_p, "max_tokens": io.max_tokens, "seed": io.seed,
+        "logprobs": io.logprobs, "top_logprobs": io.top_logprobs, "stream": conv.stream,
+        "constraint": {"kind": oc.kind, "text": oc.schema} if oc else None,
+    }
+    if tokenizer:
+        out["ids"] = enc.with_tokenizer(tokenizer).encode(conv.conversation)
+    return out
+
+
+def compare(case, ours, ref):
+    name = case["name"]
+    if case.get("refuse"):
+        check(not ours["ok"] and "image input is not supported" in ours.get("error", ""), name,
+              f"expected the image refusal, got {ours.get('error') or 'a prompt'}")
+        return
+    if not ref["ok"]:
+        check(not ours["ok"], name, f"recipe rejects ({ref['error'][:200]}) but the C renderer accepts")
+        return
+    if not ours["ok"]:
+        check(False, name, f"recipe accepts but the C renderer rejects: {ours['error']}")
+        return
+    for key in ref:
+        if key == "ids" and "ids" not in ours:
+            check(False, name, f"no ids: {ours.get('ids_error')}")
+        elif ours.get(key) != ref[key]:
+            a, b = ours.get(key), ref[key]
+            if key == "prompt":
+                i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+                a, b = a[max(0, i - 60):i + 60], b[max(0, i - 60):i + 60]
+            check(False, name, f"{key}: ours {json.dumps(a, ensure_ascii=False)[:400]} != recipe "
+                               f"{json.dumps(b, ensure_ascii=False)[:400]}")
+            return
+    check(True, name, "")
+
+
+# ---- generated conversations ---------------------------------------------------------------
+
+TEXTS = ["Hello", "", "What is 2+2?", "  spaced  ", "line one\nline two\n\n", "Reply in JSON please",
+         "日本語のテキスト", "emoji 😀👍🏽", "tabs\tand \\ backslashes \"quotes\"", "<｜User｜>", "<think>x</think>",
+         "｜DSML｜ calls", "<｜end▁of▁sentence｜>", "<｜ref｜>cat<｜/ref｜><｜box｜>1,2<｜/box｜>",
+         "<｜begin▁of▁sentence｜>", "<｜System｜>", "<｜image｜>", "<tool_result>x</tool_result>", "12345678901",
+         "Ünïcödé ßtrings", "\u2028sep", "a\u0000b", "json", "x" * 300]
+ARGS = ['{"city": "Paris"}', '{"n": 3, "f": 1.5, "b": true, "z": null}', '{}', 'not json', '[1, 2]',
+        '{"nested": {"a": [1, {"b": "<｜User｜>"}], "e": 1e-7, "big": 1e100}}', '{"s": "line\\nbreak"}', '',
+        '{"dup": 1, "dup": 2}', '{"u": "é😀", "k": "\\u0001"}']
+PARAMS = [None, {"type": "object", "properties": {"city": {"type": "string", "description": "City"}},
+                 "required": ["city"]},
+          {"type": "object"}, {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0},
+                                                              "tags": {"type": "array", "items": {"type": "string"}}}},
+          {"type": "object", "properties": {"q": {"type": "string", "enum": ["a", "b"]}}, "additionalProperties": False}]
+
+
+def gen_body(rng):
+    pick = rng.choice
+    body = {"model": pick(["DeepSeek-V4.1-Flash"] * 4 + ["DeepSeek-V4-Pro"]), "messages": []}
+    if rng.random() < 0.6:
+        body["thinking"] = {"type": pick(["enabled", "disabled", "adaptive"])}
+    if rng.random() < 0.5:
+        body["reasoning_effort"] = pick(["none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max"])
+    tools = []
+    if rng.random() < 0.45:
+        for i in range(rng.randint(1, 3)):
+            fn = {"name": f"tool_{i}"}
+            if rng.random() < 0.7:
+                fn["description"] = pick(TEXTS)
+            p = pick(PARAMS)
+            if p is not None:
+                fn["parameters"] = p
+            tools.append({"type": "function", "function": fn})
+        body["tools"] = tools
+        if rng.random() < 0.4:
+            body["tool_choice"] = pick(["auto", "none", "required", {"type": "function", "function": {"name": "tool_0"}}])
+    msgs = body["messages"]
+    if rng.random() < 0.5:
+        msgs.append({"role": "system", "content": pick(TEXTS)})
+    for turn in range(rng.randint(1, 4)):
+        if rng.random() < 0.15:
+            msgs.append({"role": pick(["system", "latest_reminder"]), "content": pick(TEXTS)})
+        content = pick(TEXTS)
+        if rng.random() < 0.2:
+            content = [{"type": "text", "text": pick(TEXTS)} for _ in range(rng.randint(0, 3))]
+        msgs.append({"role": "user", "content": content})
+        if rng.random() < 0.2:
+            msgs.append({"role": "user", "content": pick(TEXTS)})
+        if rng.random() < 0.75:
+            a = {"role": "assistant", "content": pick(TEXTS)}
+            if rng.random() < 0.6:
+                a["reasoning_content"] = pick(TEXTS)
+            if tools and rng.random() < 0.5:
+                ids = [f"call_{turn}_{k}" for k in range(rng.randint(1, 3))]
+                a["tool_calls"] = [{"id": i, "type": "function",
+                                    "function": {"name": pick(tools)["function"]["name"], "arguments": pick(ARGS)}}
+                                   for i in ids]
+                if rng.random() < 0.3:
+                    a["content"] = None
+                msgs.append(a)
+                order = ids[:]
+                rng.shuffle(order)
+                for i in order:
+                    msgs.append({"role": "tool", "tool_call_id": i, "content": pick(TEXTS)})
+                if rng.random() < 0.5:
+                    msgs.append({"role": "assistant", "content": pick(TEXTS), "reasoning_content": pick(TEXTS)})
+            else:
+                msgs.append(a)
+    if rng.random() < 0.15:
+        a = {"role": "assistant", "content": pick(TEXTS), "prefix": True}
+        if rng.random() < 0.6:
+            a["reasoning_content"] = pick(TEXTS)
+        msgs.append(a)
+    if rng.random() < 0.2:
+        body["response_format"] = pick([{"type": "text"}, {"type": "json_object"}, {"type": "regex", "regex": "[a-z]+"},
+                                        {"type": "json_schema", "json_schema": {"name": "r", "schema": pick(PARAMS[1:])}}])
+    for key, values in [("temperature", [0, 0.3, 1.2, 2]), ("top_p", [0.1, 0.9, 0.97, 1]), ("max_tokens", [1, 512]),
+                        ("seed", [0, 42]), ("stop", ["END", ["a", "\n\n"]]), ("stream", [True, False])]:
+        if rng.random() < 0.15:
+            body[key] = pick(values)
+    return body
+
+
+def main():
+    global skipped
+    if not os.access(DRIVER, os.X_OK):
+        print(f"FAIL driver {DRIVER} not built")
+        print("0 passed, 1 failed")
+        return 1
+    cases = [json.loads(line) for line in open(CASES, encoding="utf-8") if line.strip()]
+    rng = random.Random(20240601)
+    cases += [{"name": f"generated-{i}", "body": gen_body(rng)} for i in range(N_GENERATED)]
+
+    tok_src = os.path.join(ROOT, DATA, "tokenizer", "tokenizer.json")
+    tmp = tempfile.TemporaryDirectory()
+    tok_path, tokenizer = None, None
+    if os.path.exists(tok_src):
+        t = json.load(open(tok_src, encoding="utf-8"))
+        t["added_tokens"].append({"id": 129280, "content": "<｜System｜>", "single_word": False, "lstrip": False,
+                                  "rstrip": False, "normalized": False, "special": False})
+        tok_path = os.path.join(tmp.name, "tokenizer.json")
+        json.dump(t, open(tok_path, "w", encoding="utf-8"), ensure_ascii=False)
+        tokenizer = Tokenizer.from_file(tok_path)
+    else:
+        skipped += 1
+        print(f"SKIP token ids: no tokenizer at {tok_src}")
+
+    lines = "".join(json.dumps(c["body"], ensure_ascii=False) + "\n" for c in cases)
+    cmd = [DRIVER] + (["--tokenizer", tok_path] if tok_path else [])
+    run = subprocess.run(cmd, input=lines.encode("utf-8"), capture_output=True)
+    outs = [json.loads(line) for line in run.stdout.decode("utf-8").splitlines()]
+    check(run.returncode == 0 and len(outs) == len(cases), "driver", f"exit {run.returncode}, {len(outs)} lines for "
+                                                                     f"{len(cases)} cases: {run.stderr.decode()[-500:]}")
+    for case, ours in zip(cases, outs):
+        compare(case, ours, reference(case["body"], tokenizer))
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
