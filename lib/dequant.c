@@ -66,16 +66,6 @@ uint8_t f32_to_e2m1(float x) {
     return code | (signbit(x) ? 8 : 0);
 }
 
-size_t wmat_data_bytes(wq_kind_t kind, int64_t rows, int64_t cols) {
-    switch (kind) {
-    case WQ_F32: return (size_t)(rows * cols) * 4;
-    case WQ_BF16: return (size_t)(rows * cols) * 2;
-    case WQ_FP8: return (size_t)(rows * cols);
-    case WQ_FP4: return (size_t)rows * (size_t)((cols + 1) / 2);
-    }
-    return 0;
-}
-
 size_t wmat_scale_count(int64_t rows, int64_t cols, int block_rows, int block_cols) {
     return (size_t)((rows + block_rows - 1) / block_rows) * (size_t)((cols + block_cols - 1) / block_cols);
 }

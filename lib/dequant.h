@@ -46,8 +46,7 @@ typedef struct {
     int block_rows, block_cols;
 } wmat_t;
 
-/* Bytes of the element data and of the scale tensor a wmat_t of this shape needs. */
-size_t wmat_data_bytes(wq_kind_t kind, int64_t rows, int64_t cols);
+/* Number of block scales a rows x cols matrix has. */
 size_t wmat_scale_count(int64_t rows, int64_t cols, int block_rows, int block_cols);
 
 /* Dequantizes rows [r0, r0+n) into out (n*cols floats, row-major). The caller keeps
