@@ -78,7 +78,7 @@ static void decode_all(const tokenizer_t *t, char *file, FILE *out)
             continue;
         }
         fprintf(out, "%zu\n", text.len);
-        fwrite(text.data, 1, text.len, out);
+        if (text.len) fwrite(text.data, 1, text.len, out);
     }
     ids_free(&ids);
     buf_free(&text);
