@@ -10,8 +10,9 @@
 
 typedef struct {
     char *id;
+    bool has_meta;
+    frame_meta_t meta;  /* kept for an error frame that arrives without its own */
     response_t *response;
-    uint64_t first_in_us;
 } pending_t;
 
 struct sink {
@@ -87,13 +88,18 @@ static void answer(sink_t *s, uint64_t seq, json_t *line, const frame_t *f, uint
     flush_held(s);
 }
 
+static void free_pending(pending_t *p)
+{
+    response_free(p->response);
+    frame_meta_free(&p->meta);
+    free(p->id);
+    free(p);
+}
+
 static void drop_pending(sink_t *s, uint64_t seq)
 {
     pending_t *p = u64map_remove(&s->pending, seq);
-    if (!p) return;
-    response_free(p->response);
-    free(p->id);
-    free(p);
+    if (p) free_pending(p);
 }
 
 static void answer_error(sink_t *s, uint64_t seq, const char *id, const frame_meta_t *meta, const char *stage,
@@ -123,17 +129,26 @@ static json_t *roundtrip_json(sink_t *s, const frame_t *f, char *err, size_t err
     return line;
 }
 
-static pending_t *pending_for(sink_t *s, const frame_t *f, uint64_t in_us)
+static pending_t *pending_for(sink_t *s, const frame_t *f)
 {
     pending_t *p = u64map_get(&s->pending, f->seq);
     if (p) return p;
     if (!f->has_meta) log_warn("request %s: output without its meta; answering in the plain-prompt shape", f->id);
     p = xcalloc(1, sizeof *p);
     p->id = xstrdup(f->id);
+    p->has_meta = f->has_meta;
+    if (f->has_meta) frame_meta_copy(&p->meta, &f->meta);
     p->response = response_new(s->tok, f->id, f->has_meta ? &f->meta : NULL);
-    p->first_in_us = in_us;
     u64map_put(&s->pending, f->seq, p);
     return p;
+}
+
+/* The meta a request is known by: its frame's, else what earlier frames brought. */
+static const frame_meta_t *meta_of(sink_t *s, const frame_t *f)
+{
+    if (f->has_meta) return &f->meta;
+    pending_t *p = u64map_get(&s->pending, f->seq);
+    return p && p->has_meta ? &p->meta : NULL;
 }
 
 static void write_delta(sink_t *s, json_t *delta)
@@ -158,16 +173,16 @@ void sink_frame(sink_t *s, const frame_t *f)
         break;
     }
     case FRAME_TOKENS: {
-        pending_t *p = pending_for(s, f, in_us);
+        pending_t *p = pending_for(s, f);
         json_t *delta = NULL;
         if (response_push(p->response, f->tokens, f->n_tokens, s->opts.stream ? &delta : NULL, err, sizeof err) < 0)
-            answer_error(s, f->seq, f->id, f->has_meta ? &f->meta : NULL, "di-detok", "bad_frame", err, f, in_us);
+            answer_error(s, f->seq, f->id, meta_of(s, f), "di-detok", "bad_frame", err, f, in_us);
         else
             write_delta(s, delta);
         break;
     }
     case FRAME_DONE: {
-        pending_t *p = pending_for(s, f, in_us);
+        pending_t *p = pending_for(s, f);
         json_t *delta = NULL;
         json_t *line = response_finish(p->response, f->finish_reason, f->prompt_tokens, f->completion_tokens,
                                        s->opts.stream ? &delta : NULL);
@@ -176,12 +191,13 @@ void sink_frame(sink_t *s, const frame_t *f)
         answer(s, f->seq, line, f, in_us);
         break;
     }
-    case FRAME_ERROR:
+    case FRAME_ERROR: {
+        json_t *line = response_error_json(f->id, meta_of(s, f), f->stage, f->code, f->message);
         s->stats->errors++;
         drop_pending(s, f->seq);
-        answer(s, f->seq, response_error_json(f->id, f->has_meta ? &f->meta : NULL, f->stage, f->code, f->message), f,
-               in_us);
+        answer(s, f->seq, line, f, in_us);
         break;
+    }
     case FRAME_EOS:
         break; /* consumed by the transport */
     }
@@ -216,11 +232,12 @@ uint64_t sink_finish(sink_t *s, const ledger_t *ledger)
     for (size_t i = 0; i < s->pending.cap; i++)
         if (s->pending.values[i]) seqs[n++] = s->pending.keys[i];
     for (size_t i = 0; i < n; i++) {
-        pending_t *p = u64map_get(&s->pending, seqs[i]);
-        char *id = xstrdup(p->id);
-        answer_error(s, seqs[i], id, NULL, "di-detok", "incomplete",
-                     "the output ended without a final frame (did an upstream stage stop?)", NULL, wall_us());
-        free(id);
+        pending_t *p = u64map_remove(&s->pending, seqs[i]);
+        s->stats->errors++;
+        answer(s, seqs[i], response_error_json(p->id, p->has_meta ? &p->meta : NULL, "di-detok", "incomplete",
+                                               "the output ended without a final frame (did an upstream stage stop?)"),
+               NULL, wall_us());
+        free_pending(p);
         lost++;
     }
     /* Requests announced by the origin that never showed up. */
@@ -248,12 +265,7 @@ uint64_t sink_finish(sink_t *s, const ledger_t *ledger)
 void sink_free(sink_t *s)
 {
     for (size_t i = 0; i < s->pending.cap; i++)
-        if (s->pending.values[i]) {
-            pending_t *p = s->pending.values[i];
-            response_free(p->response);
-            free(p->id);
-            free(p);
-        }
+        if (s->pending.values[i]) free_pending(s->pending.values[i]);
     u64map_free(&s->pending);
     u64map_free(&s->answered);
     u64map_free(&s->held);

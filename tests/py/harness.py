@@ -1,9 +1,11 @@
 """Shared bits for the Python tests: paths to the built tools, running pipelines, and the
 check counter that prints the "N passed, N failed" line tests/run sums."""
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,13 +35,17 @@ def pipe(commands, data, timeout=120):
             prev.stdout.close()
         procs.append(p)
         prev = p
-    first = procs[0]
-    try:
-        first.stdin.write(data)
-        first.stdin.close()
-    except BrokenPipeError:
-        pass
+    def feed():
+        try:
+            procs[0].stdin.write(data)
+            procs[0].stdin.close()
+        except BrokenPipeError:
+            pass
+
+    writer = threading.Thread(target=feed)  # the output must be read while input is written
+    writer.start()
     out = procs[-1].stdout.read()
+    writer.join()
     errs, rcs = [], []
     for p in procs:
         try:
@@ -50,6 +56,11 @@ def pipe(commands, data, timeout=120):
         errs.append(p.stderr.read().decode("utf-8", "replace"))
         rcs.append(p.returncode)
     return out, errs, rcs
+
+
+def json_lines(out):
+    """The JSON lines of a tool's output (split on "\n" only: U+2028 may sit inside a line)."""
+    return [json.loads(line) for line in out.decode("utf-8").split("\n") if line]
 
 
 class Suite:

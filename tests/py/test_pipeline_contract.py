@@ -4,14 +4,14 @@ exactly one output line of di-detok, whatever the line holds, and the rest of th
 processed normally."""
 import json
 
-from harness import Suite, pipe, tool
+from harness import Suite, json_lines, pipe, tool
 
 GOOD = b'{"id":"good-%d","prompt":"Hello %d, world"}'
 
 
 def run(lines_bytes, *tokenize_args):
     out, errs, rcs = pipe([[tool("di-tokenize"), *tokenize_args], [tool("di-detok")]], lines_bytes)
-    return [json.loads(l) for l in out.decode("utf-8").splitlines()], errs, rcs
+    return json_lines(out), errs, rcs
 
 
 def nonblank(data):
