@@ -73,6 +73,7 @@ struct tok_scratch {
     struct tok_scratch *next, *prev;
     const tokenizer_t *owner;
     pcre2_match_data *match;
+    pcre2_match_context *match_context;
 
     /* BPE work arrays, grown to the longest word seen. */
     size_t cap;
@@ -89,15 +90,28 @@ struct tok_scratch {
     uint32_t words_len, ids_len;
 };
 
-static void scratch_destroy(tok_scratch_t *s)
+/* Work arrays past this many bytes are given back after the word, so one huge request does
+ * not pin hundreds of MiB in every thread that served it. */
+#define SCRATCH_KEEP (1u << 16)
+
+static void scratch_release(tok_scratch_t *s)
 {
-    pcre2_match_data_free(s->match);
     free(s->sym);
     free(s->next_sym);
     free(s->prev_sym);
     free(s->pair_rank);
     free(s->pair_id);
     free(s->heap);
+    s->sym = s->next_sym = s->prev_sym = s->pair_rank = s->pair_id = NULL;
+    s->heap = NULL;
+    s->cap = 0;
+}
+
+static void scratch_destroy(tok_scratch_t *s)
+{
+    pcre2_match_data_free(s->match);
+    pcre2_match_context_free(s->match_context);
+    scratch_release(s);
     free(s->slots);
     free(s->words);
     free(s->ids);
@@ -136,7 +150,8 @@ tok_scratch_t *tok_scratch_get(const tokenizer_t *t)
     s = xcalloc(1, sizeof *s);
     s->owner = t;
     s->match = pcre2_match_data_create(1, NULL);
-    if (!s->match) die("out of memory creating PCRE2 match data");
+    s->match_context = pcre2_match_context_create(NULL);
+    if (!s->match || !s->match_context) die("out of memory creating PCRE2 match data");
     s->slots = xcalloc(CACHE_SLOTS, sizeof *s->slots);
     s->words = xmalloc(CACHE_ARENA_BYTES);
     s->ids = xmalloc(CACHE_ARENA_IDS * sizeof *s->ids);
@@ -164,6 +179,11 @@ void tok_scratch_free_all(tokenizer_t *t)
 pcre2_match_data *tok_scratch_match_data(tok_scratch_t *s)
 {
     return s->match;
+}
+
+pcre2_match_context *tok_scratch_match_context(tok_scratch_t *s)
+{
+    return s->match_context;
 }
 
 static void scratch_reserve(tok_scratch_t *s, size_t len)
@@ -315,4 +335,5 @@ void tok_bpe_word(const tokenizer_t *t, tok_scratch_t *s, const uint8_t *word, s
     size_t n = bpe_merge(t, s, word, (uint32_t)len);
     ids_append(out, s->sym, n);
     if (len <= CACHE_MAX_WORD) cache_put(s, h, word, len, s->sym, n);
+    if (s->cap > SCRATCH_KEEP) scratch_release(s);
 }

@@ -7,6 +7,7 @@ typedef struct {
     const tokenizer_t *t;
     tok_scratch_t *scratch;
     pcre2_match_data *match;
+    pcre2_match_context *limits;
     const uint8_t *text;
     ids_t *out;
     bool failed; /* the regex engine gave up (resource limit) */
@@ -25,8 +26,12 @@ static void split_piece(encoder_t *e, int level, size_t start, size_t end)
     const pcre2_code *re = e->t->split[level];
     const uint8_t *subject = e->text + start;
     size_t len = end - start, pos = 0;
+    /* PCRE2's default backtracking budget (10M) is too small for the V4 patterns over long
+     * whitespace runs (HF's Oniguruma gives up there too, and panics); they need a few steps
+     * per byte, so the budget grows with the piece and stays bounded. */
+    pcre2_set_match_limit(e->limits, (uint32_t)(len < (UINT32_MAX - 10000000u) / 64 ? 10000000u + 64 * len : UINT32_MAX));
     while (pos < len) {
-        int rc = pcre2_match(re, subject, len, pos, PCRE2_NO_UTF_CHECK, e->match, NULL);
+        int rc = pcre2_match(re, subject, len, pos, PCRE2_NO_UTF_CHECK, e->match, e->limits);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             e->failed = true;
@@ -48,6 +53,7 @@ static bool encoder_start(encoder_t *e, const tokenizer_t *t, const char *text, 
     e->t = t;
     e->scratch = tok_scratch_get(t);
     e->match = tok_scratch_match_data(e->scratch);
+    e->limits = tok_scratch_match_context(e->scratch);
     e->text = (const uint8_t *)text;
     e->out = out;
     e->failed = false;

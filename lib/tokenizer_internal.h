@@ -92,6 +92,7 @@ void tok_scratch_init(tokenizer_t *t);
 tok_scratch_t *tok_scratch_get(const tokenizer_t *t);
 void tok_scratch_free_all(tokenizer_t *t);
 pcre2_match_data *tok_scratch_match_data(tok_scratch_t *s);
+pcre2_match_context *tok_scratch_match_context(tok_scratch_t *s);
 /* BPE of one pre-tokenized piece (raw bytes); appends its ids. */
 void tok_bpe_word(const tokenizer_t *t, tok_scratch_t *s, const uint8_t *word, size_t len, ids_t *out);
 

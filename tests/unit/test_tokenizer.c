@@ -242,6 +242,23 @@ static void test_long_inputs(void)
     free(text);
 }
 
+/* 10 MiB of spaces needs more backtracking steps than PCRE2's default budget allows (HF's
+ * Oniguruma panics on it); it is valid text and must encode. */
+static void test_long_whitespace_run(void)
+{
+    size_t n = 10u << 20;
+    char *text = xmalloc(n);
+    memset(text, ' ', n);
+    ids_t ids = {0};
+    buf_t back = {0};
+    CHECK_EQ(tokenizer_encode(tok, text, n, &ids), 0);
+    CHECK_EQ(tokenizer_decode(tok, ids.v, ids.n, &back), 0);
+    CHECK(back.len == n && !memcmp(back.data, text, n));
+    ids_free(&ids);
+    buf_free(&back);
+    free(text);
+}
+
 typedef struct {
     const char *text;
     size_t len;
@@ -492,6 +509,7 @@ int main(void)
     RUN(test_out_of_range_ids);
     RUN(test_invalid_utf8);
     RUN(test_long_inputs);
+    RUN(test_long_whitespace_run);
     RUN(test_threads);
     RUN(test_default_path);
     RUN(test_tiny_tokenizer);
