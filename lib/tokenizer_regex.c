@@ -141,7 +141,7 @@ static bool translate(translator_t *tr)
             if (tr->p < tr->end && *tr->p == ']') return fail(tr, "regex: %s", "a class starting with ] is not supported");
         } else if (c == '(' && tr->p + 1 < tr->end && tr->p[1] == '?') {
             if (!translate_group(tr)) return false;
-        } else if (c == '{' && tr->p + 1 < tr->end && tr->p[1] == ',') {
+        } else if (c == '{' && tr->p + 2 < tr->end && tr->p[1] == ',' && tr->p[2] >= '0' && tr->p[2] <= '9') {
             buf_puts(&tr->out, "{0"); /* Ruby's {,n} is {0,n} */
             tr->p++;
         } else {

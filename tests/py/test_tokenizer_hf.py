@@ -43,11 +43,12 @@ def case(fn):
     return fn
 
 
-def run_driver(mode, payload):
+def run_driver(mode, payload, tokenizer_json=TOKENIZER_JSON):
     with tempfile.NamedTemporaryFile() as f:
         f.write(payload)
         f.flush()
-        r = subprocess.run([DRIVER, mode, f.name], capture_output=True, env=dict(os.environ, DI_DATA=os.path.dirname(os.path.dirname(TOKENIZER_JSON))))
+        data = os.path.dirname(os.path.dirname(tokenizer_json))  # the driver reads $DI_DATA/tokenizer/tokenizer.json
+        r = subprocess.run([DRIVER, mode, f.name], capture_output=True, env=dict(os.environ, DI_DATA=data))
     if r.returncode:
         raise AssertionError(f"{DRIVER} {mode} failed: {r.stderr.decode(errors='replace')}")
     return r.stdout
@@ -57,8 +58,8 @@ def records(docs):
     return b"".join(b"%d\n" % len(d.encode()) + d.encode() for d in docs)
 
 
-def c_encode(docs, mode):
-    lines = run_driver(mode, records(docs)).decode().split("\n")
+def c_encode(docs, mode, tokenizer_json=TOKENIZER_JSON):
+    lines = run_driver(mode, records(docs), tokenizer_json).decode().split("\n")
     return [None if line == "error" else [int(x) for x in line.split()] for line in lines[: len(docs)]]
 
 
@@ -78,13 +79,13 @@ def c_decode(id_lists):
     return docs
 
 
-def compare(name, docs, got, want):
+def compare(name, docs, got, want, hf=None):
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
     for i in bad[:3]:
-        g, w = got[i] or [], want[i]
+        g, w, hf = got[i] or [], want[i], hf or HF
         k = next((k for k in range(min(len(g), len(w))) if g[k] != w[k]), min(len(g), len(w)))
         print(f"  {name}: document {i} differs at token {k}: got {g[max(0, k - 3):k + 4]} want {w[max(0, k - 3):k + 4]}"
-              f" near {HF.decode(w[max(0, k - 3):k + 4])!r}")
+              f" near {hf.decode(w[max(0, k - 3):k + 4])!r}")
     assert len(got) == len(want), f"{name}: {len(got)} results for {len(want)} documents"
     assert not bad, f"{name}: {len(bad)} of {len(docs)} documents differ"
 
@@ -151,6 +152,55 @@ def test_invalid_utf8_refused():
     for mode in ("encode", "encode-added"):
         lines = run_driver(mode, raw).decode().split("\n")
         assert lines[:4] == ["error", "error", "error", ok], lines[:4]
+
+
+def byte_level(data):
+    """GPT-2's bytes_to_unicode, as the ByteLevel pre-tokenizer maps bytes."""
+    def char(b):
+        if b <= 0x20:
+            return chr(0x100 + b)
+        if 0x7F <= b <= 0xA0:
+            return chr(0x100 + 33 + b - 0x7F)
+        return chr(0x143) if b == 0xAD else chr(b)
+    return "".join(char(b) for b in data)
+
+
+@case
+def test_regex_dialect_matches_hf():
+    """Split patterns that use the translated parts of Oniguruma's dialect, on a tokenizer
+    whose merges join every pair of bytes, so that a piece boundary in another place changes
+    the ids."""
+    alphabet = ["a", "b", "Z", "1", "٣", "١", " ", "  ", "\n", "\r\n", "\x0b", "\x85", "\xa0", "\u180e", "\u3000",
+                "é", "e\u0301", "!", "{", ",", "}", "中", "\U0001FA77", "\U00011380"]
+    used = sorted({b for ch in alphabet for b in ch.encode()})
+    vocab = {byte_level(bytes([b])): b for b in range(256)}
+    merges = []
+    for x in used:
+        for y in used:
+            vocab[byte_level(bytes([x, y]))] = len(vocab)
+            merges.append(f"{byte_level(bytes([x]))} {byte_level(bytes([y]))}")
+    patterns = [r"\d+", r"\D+", r"\s+", r"\S+", r"[\s\d]+", r"ba{,2}", r"a{1,}", r"\v", r"^a", r"a$", r".", r"\p{^L}+",
+                r"\P{N}+", r"\p{L}+|\p{N}+", r"(?=a)b|a", r"[^\s]+", r"\p{Lo}+", r"\p{Nd}{2}", r"\{|\}"]
+    patterns += [p["pattern"]["Regex"] for p in _spec["pre_tokenizer"]["pretokenizers"] if p["type"] == "Split"]
+    r = random.Random(11)
+    docs = ["".join(r.choice(alphabet) for _ in range(r.randint(1, 30))) for _ in range(400)]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.mkdir(os.path.join(tmp, "tokenizer"))
+        path = os.path.join(tmp, "tokenizer", "tokenizer.json")
+        for pattern in patterns:
+            spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+                    "normalizer": None, "post_processor": None,
+                    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+                        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+                    "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                    "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                              "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                              "ignore_merges": False, "vocab": vocab, "merges": merges}}
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(spec, f)
+            hf = tokenizers.Tokenizer.from_file(path)
+            compare(f"pattern {pattern!r}", docs, c_encode(docs, "encode", path), [e.ids for e in hf.encode_batch(docs)], hf)
 
 
 def prompt_pieces(encoding, conv):

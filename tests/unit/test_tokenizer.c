@@ -317,7 +317,8 @@ static void put_byte_level_char(char *out, int b)
     else out[0] = (char)(0xc0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3f)), out[2] = 0;
 }
 
-/* Bytes as ids 0..255, "ab" = 256, "abc" = 257, added "<x>" = 258 (special), "<y>" = 259. */
+/* Bytes as ids 0..255, "ab" = 256, "abc" = 257; added "<x>" = 258 (special, matched on the raw
+ * text), "<y>" = 259 and "a<x" = 260 (matched on the normalized text, after the raw ones). */
 static json_t *tiny_spec(void)
 {
     json_t *vocab = json_object();
@@ -330,7 +331,8 @@ static json_t *tiny_spec(void)
     json_object_set_new(vocab, "abc", json_integer(257));
     return json_pack("{s:s, s:n, s:n, s:{s:s, s:[]}, s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]},"
                      " s:n, s:{s:s, s:b, s:b, s:b}, s:{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:[s, s]},"
-                     " s:[{s:i, s:s, s:b, s:b, s:b, s:b, s:b}, {s:i, s:s, s:b, s:b, s:b, s:b, s:b}]}",
+                     " s:[{s:i, s:s, s:b, s:b, s:b, s:b, s:b}, {s:i, s:s, s:b, s:b, s:b, s:b, s:b},"
+                     " {s:i, s:s, s:b, s:b, s:b, s:b, s:b}]}",
                      "version", "1.0", "truncation", "padding",
                      "normalizer", "type", "Sequence", "normalizers",
                      "pre_tokenizer", "type", "Sequence", "pretokenizers",
@@ -342,7 +344,8 @@ static json_t *tiny_spec(void)
                      "fuse_unk", 0, "byte_fallback", 0, "ignore_merges", 0, "vocab", vocab, "merges", "a b", "ab c",
                      "added_tokens",
                      "id", 258, "content", "<x>", "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1,
-                     "id", 259, "content", "<y>", "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0);
+                     "id", 259, "content", "<y>", "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0,
+                     "id", 260, "content", "a<x", "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 1, "special", 0);
 }
 
 static tokenizer_t *load_spec(json_t *spec, char *err, size_t errlen)
@@ -358,11 +361,19 @@ static void test_tiny_tokenizer(void)
     tokenizer_t *t = load_spec(tiny_spec(), err, sizeof err);
     CHECKF(t != NULL, "tiny tokenizer loads: %s", err);
     if (!t) return;
-    CHECK_EQ(tokenizer_vocab_size(t), 260);
+    CHECK_EQ(tokenizer_vocab_size(t), 261);
     ids_t ids = {0};
     CHECK_EQ(tokenizer_encode_with_added(t, "abc ab<x>a<y>", 13, &ids), 0);
     const uint32_t want[] = {257, 32, 256, 258, 'a', 259};
     CHECK(ids_equal(&ids, want, DI_ARRAY_LEN(want)));
+    /* HF's two passes: the raw "<x>" wins over the normalized "a<x" that starts earlier. */
+    ids.n = 0;
+    CHECK_EQ(tokenizer_encode_with_added(t, "a<x>", 4, &ids), 0);
+    const uint32_t raw_first[] = {'a', 258};
+    CHECK(ids_equal(&ids, raw_first, 2));
+    ids.n = 0;
+    CHECK_EQ(tokenizer_encode_with_added(t, "a<x", 3, &ids), 0);
+    CHECK(ids.n == 1 && ids.v[0] == 260);
     ids.n = 0;
     CHECK_EQ(tokenizer_encode(t, "<x>", 3, &ids), 0);
     const uint32_t plain[] = {'<', 'x', '>'};
