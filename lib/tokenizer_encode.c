@@ -52,8 +52,8 @@ static bool encoder_start(encoder_t *e, const tokenizer_t *t, const char *text, 
     if (len >= UINT32_MAX || !utf8_valid(text, len)) return false;
     e->t = t;
     e->scratch = tok_scratch_get(t);
-    e->match = tok_scratch_match_data(e->scratch);
-    e->limits = tok_scratch_match_context(e->scratch);
+    e->match = e->scratch->match;
+    e->limits = e->scratch->match_context;
     e->text = (const uint8_t *)text;
     e->out = out;
     e->failed = false;

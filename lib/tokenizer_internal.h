@@ -74,6 +74,36 @@ struct tokenizer {
     struct tok_scratch *scratches; /* every thread's, so tokenizer_free can free them */
 };
 
+/* A word-cache entry: the word and its ids, in the scratch's arenas. */
+typedef struct {
+    uint64_t hash; /* 0 = empty */
+    uint32_t word_off, ids_off;
+    uint16_t word_len, nids;
+} cache_slot_t;
+
+/* Per-thread state of encoding (tokenizer_scratch.c). */
+typedef struct tok_scratch {
+    struct tok_scratch *next, *prev;
+    const tokenizer_t *owner;
+    pcre2_match_data *match;
+    pcre2_match_context *match_context;
+
+    /* BPE work arrays, grown to the longest word seen. */
+    size_t cap;
+    uint32_t *sym;       /* id of the symbol that starts at this byte */
+    uint32_t *next_sym;  /* start of the following symbol, or len */
+    uint32_t *prev_sym;  /* start of the preceding symbol, or UINT32_MAX */
+    uint32_t *pair_rank; /* rank of the pair (this symbol, next), UINT32_MAX if none */
+    uint32_t *pair_id;   /* what that pair merges into */
+    uint64_t *heap;      /* candidate merges, rank << 32 | start, smallest first */
+
+    /* Word cache: direct-mapped slots, a colliding word replaces the old one. */
+    cache_slot_t *slots;
+    uint8_t *words; /* arenas, emptied with the slots when full */
+    uint32_t *ids;
+    uint32_t words_len, ids_len;
+} tok_scratch_t;
+
 /* tokenizer_regex.c: translate a pattern from HF's dialect (Oniguruma, Ruby syntax) to PCRE2
  * and compile it with UTF, UCP and JIT. NULL with a reason in err if it uses something whose
  * meaning differs between the two and is not translated. */
@@ -87,14 +117,21 @@ void merge_table_init(merge_table_t *m, size_t count);
 bool merge_table_put(merge_table_t *m, uint32_t left, uint32_t right, uint32_t rank, uint32_t id);
 void merge_table_free(merge_table_t *m);
 
-typedef struct tok_scratch tok_scratch_t;
-void tok_scratch_init(tokenizer_t *t);
-tok_scratch_t *tok_scratch_get(const tokenizer_t *t);
-void tok_scratch_free_all(tokenizer_t *t);
-pcre2_match_data *tok_scratch_match_data(tok_scratch_t *s);
-pcre2_match_context *tok_scratch_match_context(tok_scratch_t *s);
 /* BPE of one pre-tokenized piece (raw bytes); appends its ids. */
 void tok_bpe_word(const tokenizer_t *t, tok_scratch_t *s, const uint8_t *word, size_t len, ids_t *out);
+
+/* tokenizer_scratch.c */
+void tok_scratch_init(tokenizer_t *t);
+/* The calling thread's scratch for t, made on first use. */
+tok_scratch_t *tok_scratch_get(const tokenizer_t *t);
+void tok_scratch_free_all(tokenizer_t *t);
+/* Work arrays for a word of len bytes; tok_scratch_trim gives them back if they grew large. */
+void tok_scratch_reserve(tok_scratch_t *s, size_t len);
+void tok_scratch_trim(tok_scratch_t *s);
+/* The word cache: the ids of a word seen before (NULL if not cached, *n set otherwise). */
+uint64_t tok_word_hash(const uint8_t *word, size_t len);
+const uint32_t *tok_cache_find(const tok_scratch_t *s, uint64_t hash, const uint8_t *word, size_t len, size_t *n);
+void tok_cache_put(tok_scratch_t *s, uint64_t hash, const uint8_t *word, size_t len, const uint32_t *ids, size_t n);
 
 /* tokenizer_added.c */
 void added_trie_init(added_trie_t *tr);
