@@ -80,7 +80,7 @@ int mkmodel_config(const char *preset, int64_t vocab, model_config_t *c, char *e
         c->candidate_source = 4;
         c->candidate_topk_blocks = 3;
         c->candidate_block_size = 4;
-        c->index_n_heads = 4;
+        c->index_n_heads = 16; /* many heads: an entry scores exactly 0 (a top-k tie) with p = 2^-heads */
         c->index_head_dim = 32;
         c->index_topk = 8;
         set_list(c->engram_layers, &c->n_engram, eng, 2);
@@ -111,7 +111,7 @@ int mkmodel_config(const char *preset, int64_t vocab, model_config_t *c, char *e
         c->candidate_source = 6;
         c->candidate_topk_blocks = 2;
         c->candidate_block_size = 6;
-        c->index_n_heads = 6;
+        c->index_n_heads = 20;
         c->index_head_dim = 64;
         c->index_topk = 6;
         set_list(c->engram_layers, &c->n_engram, eng, 2);
@@ -392,6 +392,10 @@ static bool gen_one(void *ctx, const model_tensor_t *t) {
 }
 
 int mkmodel_write(const model_config_t *c, uint64_t seed, int shards, const char *dir, char *err, size_t errlen) {
+    if (c->quant_block_rows < 1 || c->quant_block_cols < 1) {
+        snprintf(err, errlen, "the FP8 block size must be set (also for bf16, whose weights are the dequantized FP8 ones)");
+        return -1;
+    }
     if (write_config(c, dir, err, errlen)) return -1;
     if (c->vocab_size != MKMODEL_FULL_VOCAB && write_token_map(c, seed, dir, err, errlen)) return -1;
     gen_t g = {.c = c, .seed = seed, .w = stw_new()};

@@ -7,10 +7,11 @@
  * layers, 3 trailing DSpark zeros in compress_ratios):
  *   "a"  8 layers (4 encoder + 4 decoder: 0-1 SWA, 1 Engram, 2 Full r2 + Engram, 3 Reuse,
  *        4 Full r1 + candidate, 5 Reuse, 6 Reindex, 7 Reuse); hidden 128, 4 heads x 64,
- *        window 16, 8 experts top-2, candidate blocks 3 x 4, index top-8.
+ *        window 16, 8 experts top-2, candidate blocks 3 x 4, 16 indexer heads, index top-8.
  *   "b"  12 layers (0-1 SWA, 1 Engram, 2 Full r2, 3 Reuse, 4 Full r2 + Engram, 5 Reuse,
  *        6 Full r1 + candidate, 7 Reuse, 8 Reindex, 9 Reuse, 10 Reindex, 11 Reuse); hidden 160,
- *        4 heads x 96, q_lora 80 (partial FP8 tiles), window 24, 6 experts top-3, 3-gram Engram.
+ *        4 heads x 96, q_lora 80 (partial FP8 tiles), window 24, 6 experts top-3, 20 indexer
+ *        heads, candidate blocks 2 x 6, index top-6, 3-gram Engram.
  *
  * Files written to the output directory:
  *   config.json            composite HF layout (text_config, quantization_config for fp8)
@@ -43,7 +44,7 @@
 int mkmodel_config(const char *preset, int64_t vocab, model_config_t *c, char *err, size_t errlen);
 
 /* Writes the checkpoint for c (quantized per c->quantized: call with it set for fp8, clear for
- * bf16) into dir, which must exist. shards <= 1 writes one file. 0, or -1 with err. */
+ * bf16; the FP8 block size is used by both) into dir, which must exist. shards <= 1 writes one file. 0, or -1 with err. */
 int mkmodel_write(const model_config_t *c, uint64_t seed, int shards, const char *dir, char *err, size_t errlen);
 
 #endif

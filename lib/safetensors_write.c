@@ -83,11 +83,14 @@ int stw_write(st_writer_t *w, const char *dir, int shards, char *err, size_t err
     json_t *map = json_object();
     size_t start = 0, acc = 0;
     int rc = 0;
+    if ((size_t)shards > w->n) shards = w->n ? (int)w->n : 1;
     for (int s = 0; s < shards && rc == 0; s++) {
-        /* the last shard takes the rest; the others close once their share is reached */
-        size_t end = start;
+        /* a tensor joins this shard while its middle lies within the shard's share of the
+         * bytes, leaving at least one tensor for each later shard; the last takes the rest */
+        size_t end = start, later = (size_t)(shards - s - 1);
         size_t goal = total / (size_t)shards * (size_t)(s + 1);
-        while (end < w->n && (s == shards - 1 || acc < goal || end == start)) acc += w->t[end++].nbytes;
+        while (end < w->n && w->n - end > later && (end == start || !later || acc + w->t[end].nbytes / 2 <= goal))
+            acc += w->t[end++].nbytes;
         char base[64];
         snprintf(base, sizeof base, "model-%05d-of-%05d.safetensors", s + 1, shards);
         buf_clear(&path);

@@ -16,7 +16,8 @@ st_writer_t *stw_new(void);
  * the dtype and shape). */
 void stw_add(st_writer_t *w, const char *name, st_dtype_t dtype, int ndim, const int64_t *shape, void *data, size_t nbytes);
 /* shards <= 1: dir/model.safetensors. Otherwise dir/model-0000k-of-0000N.safetensors with the
- * tensors split in order into runs of about equal bytes, and dir/model.safetensors.index.json.
+ * tensors split in order into runs of about equal bytes (N is capped at the tensor count), and
+ * dir/model.safetensors.index.json.
  * 0, or -1 with err. */
 int stw_write(st_writer_t *w, const char *dir, int shards, char *err, size_t errlen);
 void stw_free(st_writer_t *w);
