@@ -12,8 +12,11 @@
 
 typedef struct tokenizer tokenizer_t;
 
-/* Loads tokenizer.json. NULL on failure, with the reason in err. */
+/* Loads tokenizer.json. NULL on failure, with the reason in err: unreadable or invalid JSON,
+ * or a feature this tokenizer does not implement exactly (it is refused, by name, rather
+ * than tokenized differently from HF). */
 tokenizer_t *tokenizer_load(const char *path, char *err, size_t errlen);
+/* Also frees every thread's scratch space: no thread may be encoding with t meanwhile. */
 void tokenizer_free(tokenizer_t *t);
 
 /* The default tokenizer.json: $DI_TOKENIZER, else <dir of the executable>/../data/tokenizer/,
@@ -43,7 +46,9 @@ bool tokenizer_is_special(const tokenizer_t *t, uint32_t id);
 uint32_t tokenizer_vocab_size(const tokenizer_t *t);
 
 /* Appends the bytes of ids to out (special tokens included, as HF decode with
- * skip_special_tokens=False). Returns -1 if an id is outside the vocabulary. */
+ * skip_special_tokens=False). The bytes are raw: a token may end inside a UTF-8 sequence,
+ * where HF's decode would put U+FFFD. Returns -1 (out unchanged) if an id is outside the
+ * vocabulary. */
 int tokenizer_decode(const tokenizer_t *t, const uint32_t *ids, size_t n, buf_t *out);
 
 #endif
