@@ -23,7 +23,8 @@ typedef struct {
     const char *out;
     bool stats;
     int64_t hwm;          /* ZeroMQ high-water mark, frames */
-    double eos_timeout;   /* seconds a fan-out stage keeps offering end-of-stream */
+    double eos_timeout;   /* seconds queued frames may wait for a peer once none is connected */
+    int64_t out_peers;    /* processes sharing a socket output; eos waits until that many took it */
 } cli_common_t;
 
 typedef struct {

@@ -12,39 +12,65 @@
 
 /* ---- endpoints ------------------------------------------------------------------------- */
 
+#define MAX_ENDPOINTS 16
+
 typedef struct {
-    bool is_stream; /* "-" */
     bool bind;
-    char endpoint[512];
+    char addr[512];
 } endpoint_t;
 
-static void parse_endpoint(const char *spec, const char *flag, endpoint_t *e)
+/* "-", or a comma-separated list of endpoints (one socket bound/connected to each). */
+typedef struct {
+    bool is_stream;
+    int n;
+    endpoint_t items[MAX_ENDPOINTS];
+} endpoints_t;
+
+static void parse_one(const char *spec, size_t len, const char *flag, endpoint_t *e)
 {
+    char s_buf[sizeof e->addr];
+    if (len >= sizeof s_buf) die("--%s endpoint too long", flag);
+    memcpy(s_buf, spec, len);
+    s_buf[len] = 0;
+    const char *s = s_buf;
     *e = (endpoint_t){0};
-    if (!strcmp(spec, "-")) {
-        e->is_stream = true;
-        return;
-    }
-    const char *s = spec;
     if (*s == '@') e->bind = true, s++;
     else if (*s == '>') s++;
     bool tcp = !strncmp(s, "tcp://", 6), ipc = !strncmp(s, "ipc://", 6);
     if ((!tcp && !ipc) || !s[6])
-        die("bad --%s '%s': expected -, tcp://HOST:PORT or ipc://PATH (prefix @ to bind)", flag, spec);
+        die("bad --%s '%s': expected -, tcp://HOST:PORT or ipc://PATH (prefix @ to bind)", flag, s_buf);
     if (tcp) {
         const char *colon = strrchr(s + 6, ':');
         int64_t port;
         if (!colon || !parse_i64(colon + 1, 1, 65535, &port))
-            die("bad --%s '%s': tcp endpoints need HOST:PORT with a port in 1..65535", flag, spec);
+            die("bad --%s '%s': tcp endpoints need HOST:PORT with a port in 1..65535", flag, s_buf);
         if (colon == s + 6) {
-            if (!e->bind) die("bad --%s '%s': connecting needs a host", flag, spec);
+            if (!e->bind) die("bad --%s '%s': connecting needs a host", flag, s_buf);
             /* Binding defaults to loopback; all interfaces only when asked with "*". */
-            snprintf(e->endpoint, sizeof e->endpoint, "tcp://127.0.0.1%s", colon);
+            char port_part[16];
+            snprintf(port_part, sizeof port_part, "%.8s", colon);
+            snprintf(e->addr, sizeof e->addr, "tcp://127.0.0.1%s", port_part);
             return;
         }
     }
-    if (strlen(s) >= sizeof e->endpoint) die("--%s endpoint too long", flag);
-    snprintf(e->endpoint, sizeof e->endpoint, "%s", s);
+    memcpy(e->addr, s, strlen(s) + 1); /* fits: s is a suffix of s_buf */
+}
+
+static void parse_endpoints(const char *spec, const char *flag, endpoints_t *eps)
+{
+    *eps = (endpoints_t){0};
+    if (!strcmp(spec, "-")) {
+        eps->is_stream = true;
+        return;
+    }
+    for (const char *p = spec;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (eps->n == MAX_ENDPOINTS) die("--%s lists more than %d endpoints", flag, MAX_ENDPOINTS);
+        parse_one(p, len, flag, &eps->items[eps->n++]);
+        if (!comma) break;
+        p = comma + 1;
+    }
 }
 
 static void *ctx;
@@ -65,7 +91,7 @@ static void *zmq_context(void)
     return ctx;
 }
 
-static void *open_socket(int type, const endpoint_t *e, const cli_common_t *c, const char *flag)
+static void *open_socket(int type, const endpoints_t *eps, const cli_common_t *c, const char *flag)
 {
     void *s = zmq_socket(zmq_context(), type);
     if (!s) die("cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
@@ -73,9 +99,11 @@ static void *open_socket(int type, const endpoint_t *e, const cli_common_t *c, c
     int64_t max_msg = FRAME_MAX_BYTES;
     zmq_setsockopt(s, type == ZMQ_PULL ? ZMQ_RCVHWM : ZMQ_SNDHWM, &hwm, sizeof hwm);
     if (type == ZMQ_PULL) zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
-    int rc = e->bind ? zmq_bind(s, e->endpoint) : zmq_connect(s, e->endpoint);
-    if (rc != 0)
-        die("cannot %s --%s %s: %s", e->bind ? "bind" : "connect", flag, e->endpoint, zmq_strerror(errno));
+    for (int i = 0; i < eps->n; i++) {
+        const endpoint_t *e = &eps->items[i];
+        if ((e->bind ? zmq_bind(s, e->addr) : zmq_connect(s, e->addr)) != 0)
+            die("cannot %s --%s %s: %s", e->bind ? "bind" : "connect", flag, e->addr, zmq_strerror(errno));
+    }
     return s;
 }
 
@@ -87,7 +115,7 @@ bool frame_is_terminal(frame_type_t t)
 /* ---- input ----------------------------------------------------------------------------- */
 
 struct frame_in {
-    endpoint_t ep;
+    endpoints_t ep;
     void *sock;          /* ZeroMQ, or NULL for the stream */
     buf_t buf;           /* stream bytes not yet consumed, from buf.data[pos] */
     size_t pos;
@@ -100,7 +128,7 @@ struct frame_in {
 frame_in_t *frame_in_open(const char *spec, const cli_common_t *c)
 {
     frame_in_t *in = xcalloc(1, sizeof *in);
-    parse_endpoint(spec, "in", &in->ep);
+    parse_endpoints(spec, "in", &in->ep);
     if (!in->ep.is_stream) in->sock = open_socket(ZMQ_PULL, &in->ep, c, "in");
     return in;
 }
@@ -243,10 +271,12 @@ void frame_in_free(frame_in_t *in)
 /* ---- output ---------------------------------------------------------------------------- */
 
 struct frame_out {
-    endpoint_t ep;
+    endpoints_t ep;
     void *sock;
     void *monitor;       /* PAIR socket receiving connect/disconnect events of sock */
-    int peers;
+    int peers;           /* connected now */
+    int peers_seen;      /* connections ever made */
+    int64_t expect_peers;
     double eos_timeout;
     const char *stage;
     buf_t buf;
@@ -284,7 +314,10 @@ static void drain_monitor(frame_out_t *out)
             zmq_msg_recv(&addr, out->monitor, 0);
             zmq_msg_close(&addr);
         }
-        if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) out->peers++;
+        if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
+            out->peers++;
+            out->peers_seen++;
+        }
         else if (event == ZMQ_EVENT_DISCONNECTED && out->peers > 0) out->peers--;
     }
 }
@@ -292,8 +325,9 @@ static void drain_monitor(frame_out_t *out)
 frame_out_t *frame_out_open(const char *spec, const cli_common_t *c, const char *stage)
 {
     frame_out_t *out = xcalloc(1, sizeof *out);
-    parse_endpoint(spec, "out", &out->ep);
+    parse_endpoints(spec, "out", &out->ep);
     out->eos_timeout = c->eos_timeout;
+    out->expect_peers = c->out_peers;
     out->stage = stage;
     if (out->ep.is_stream) {
         signal(SIGPIPE, SIG_IGN); /* a closed pipe becomes a write error we can name */
@@ -324,7 +358,7 @@ static void send_encoded(frame_out_t *out, int flags)
     while (zmq_send(out->sock, out->buf.data, out->buf.len, flags) < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN) return; /* only with ZMQ_DONTWAIT or a send timeout */
-        die("sending on %s: %s", out->ep.endpoint, zmq_strerror(errno));
+        die("sending on %s: %s", out->ep.items[0].addr, zmq_strerror(errno));
     }
 }
 
@@ -347,20 +381,29 @@ static void sleep_ms(int ms)
 
 /* Offer end-of-stream on a socket. With several peers sharing our PUSH, one copy reaches one
  * of them, so keep offering while any peer is connected: a peer that got it closes its
- * input and disconnects; receivers ignore repeats from the same sender. */
+ * input and disconnects; receivers ignore repeats from the same sender. With --out-peers N,
+ * also wait (up to --eos-timeout with nobody connected) for peers that have not come yet. */
 static void offer_eos_on_socket(frame_out_t *out)
 {
     int timeout_ms = (int)(out->eos_timeout * 1000);
     zmq_setsockopt(out->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     send_encoded(out, 0);
     int backoff = 10;
+    uint64_t alone_since = 0;
     for (;;) {
         drain_monitor(out);
-        if (out->peers <= 0) break;
+        if (out->peers <= 0) {
+            if (out->peers_seen >= out->expect_peers) break;
+            if (!alone_since) alone_since = now_ns();
+            if ((double)(now_ns() - alone_since) / 1e9 > out->eos_timeout) {
+                log_warn("only %d of --out-peers %lld connected before --eos-timeout", out->peers_seen,
+                         (long long)out->expect_peers);
+                break;
+            }
+        } else
+            alone_since = 0;
         sleep_ms(backoff);
         backoff = backoff < 500 ? backoff * 2 : 500;
-        drain_monitor(out);
-        if (out->peers <= 0) break;
         send_encoded(out, ZMQ_DONTWAIT);
     }
     /* No peer now: frames still queued get eos_timeout to reach a (re)connecting one. */

@@ -3,6 +3,7 @@
  *
  *   tcp://HOST:PORT  ipc://PATH      connect (">" prefix accepted too, as in CZMQ)
  *   @tcp://HOST:PORT @ipc://PATH     bind; "@tcp://:PORT" binds 127.0.0.1, "*" binds all
+ *   A,B,...                          one socket bound/connected to each listed endpoint
  *
  * Inputs are PULL sockets, outputs PUSH sockets, so N processes can share a stage.
  * End-of-stream frames are consumed here and kept in a ledger (ledger.h): frame_in_next
