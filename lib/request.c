@@ -296,6 +296,7 @@ int request_from_line(const tokenizer_t *tok, const request_limits_t *limits, co
                       uint64_t seq, frame_t *f, char *err, size_t errlen, const char **code)
 {
     errbuf_t e = {err, errlen, "bad_request"};
+    *code = e.code;
     frame_init(f, FRAME_REQUEST);
     f->seq = seq;
     f->has_meta = true;
