@@ -72,6 +72,14 @@ $(TESTLIB): tests/testlib.c tests/testlib.h
 
 $(BUILD)/tests/unit/%.o: CFLAGS += -Itests
 
+# --- the default tiny model (lib/mkmodel.h): generated from a seed into git-ignored data/ ----
+TINY_MODEL := data/models/tiny-v41
+.PHONY: models
+all: models
+models: $(TINY_MODEL)/model.safetensors
+$(TINY_MODEL)/model.safetensors: $(BIN)/di-mkmodel
+	$(BIN)/di-mkmodel --out $(TINY_MODEL)
+
 # --- set-up: Debian packages, PyPI reference packages, the tokenizer data -------------
 setup: deps data
 deps:
