@@ -9,8 +9,8 @@ shared/design/ref/v41_spec_check.py, and write HF's logits for fixed token seque
   QAT off  both sequences, plus per-layer stream outputs for the first positions;
   QAT on   the long sequence, HF fp32 and the fp64 reference, with the positions where the two
            differ by more than 1e-4 (FP8/FP4 rounding flips, MODEL_V41 P23).
-Test-only: needs torch, numpy, sympy and a transformers with deepseek_v41 (or --hf-src, a
-folder with the HF files and a load.py, as MODEL_V41 §10 describes).
+Test-only: needs torch, numpy, sympy and a transformers with deepseek_v41, or --hf-src: a
+folder whose deepseek_v41/ holds the two HF files (see hf_loader.py and README.md).
 """
 import argparse
 import hashlib
@@ -99,11 +99,11 @@ def load_hf(hf_src):
         from transformers.models.deepseek_v41 import modeling_deepseek_v41 as mm
         return cm, mm, "native"
     except ImportError:
-        spec = importlib.util.spec_from_file_location("v41_hf_loader", os.path.join(hf_src, "load.py"))
-        loader = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loader)
-        cm, mm = loader.load()
-        return cm, mm, f"local copy from {hf_src}; shims: {loader.SHIMS}"
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hf_loader
+
+        cm, mm, shims = hf_loader.load(hf_src)
+        return cm, mm, f"local copy of the HF files (tests/golden/hf_loader.py); shims: {shims}"
 
 
 def load_ref(path):
