@@ -129,7 +129,7 @@ static void write_file(const char *name, const void *p, size_t n) {
 static st_writer_t *three_tensors(void) {
     st_writer_t *w = stw_new();
     for (int i = 0; i < 3; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "t%d", i);
         int64_t shape[2] = {i + 1, 4};
         float *v = malloc((size_t)(i + 1) * 4 * sizeof *v);
@@ -142,7 +142,7 @@ static st_writer_t *three_tensors(void) {
 static bool holds_three(st_archive_t *a) {
     if (!a || st_count(a) != 3) return false;
     for (int i = 0; i < 3; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "t%d", i);
         const st_tensor_t *t = st_find(a, name);
         float v;
