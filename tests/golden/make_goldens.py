@@ -210,7 +210,10 @@ def run_config(args, cm, mm, ref_mod, name, preset, vocab, seed, n_long, n_mid, 
             "repeat": rng.integers(0, 12, n_mid).tolist()}
     rcfg = dict(text, gate_temp=1.0)
     Wt = {k: torch.from_numpy(v) for k, v in W8.items()}
-    index = dict(config=name, mkmodel=dict(preset=preset, vocab=vocab, seed=seed),
+    hs = model.model.engram_hash_state
+    engram = dict(primes=hs.primes.tolist(), offsets=hs.offsets.tolist(), multipliers=hs.multipliers.tolist(),
+                  pad_compressed_id=int(hs.pad_id), compressed_vocab=len(set(token_map)))
+    index = dict(config=name, mkmodel=dict(preset=preset, vocab=vocab, seed=seed), engram_layout=engram,
                  checkpoint_sha256={v: sha256(os.path.join(paths[v], "model.safetensors")) for v in paths},
                  token_map_sha256=sha256(os.path.join(paths["fp8"], "engram_token_map.u32")),
                  sequences=seqs, files={}, checks={})
