@@ -6,8 +6,9 @@
  * spellings of inference/config.json (dim, n_layers, window_size, rope_factor, ...) are accepted
  * as aliases; when two spellings of one field are both present they must agree. Every field the
  * text model uses is required and type-checked; a missing, ill-typed or out-of-range field is an
- * error naming it. Only documented defaults are filled in (gate_temp 1, n_shared_experts 1,
- * the DSpark fields, the token ids).
+ * error naming it. Only HF's documented defaults are filled in, for fields the released file
+ * may lack: gate_temp 1, n_shared_experts 1, num_key_value_heads 1, norm_topk_prob true, the
+ * DSpark fields, the token ids (-1: absent), and the Engram sizes when there is no Engram layer.
  *
  * The schedule is a function of the config only, never of a hard-coded layer count. One
  * builder per model type fills the same layer_sched_t: deepseek_v41 is implemented; deepseek_v4

@@ -207,7 +207,8 @@ static bool is_vision(const char *name) {
            !strcmp(name, "image_end") || !strcmp(name, "image_newline") || !strcmp(name, "image_pad");
 }
 
-int model_weights_bind(model_weights_t *w, const model_config_t *c, st_archive_t *st, char *err, size_t errlen) {
+/* Binds an opened archive; w owns it from here on, also on failure. */
+static int bind_archive(model_weights_t *w, const model_config_t *c, st_archive_t *st, char *err, size_t errlen) {
     memset(w, 0, sizeof *w);
     w->st = st;
     w->n_layers = c->n_layers;
@@ -237,7 +238,7 @@ int model_weights_load(model_weights_t *w, const model_config_t *c, const char *
     memset(w, 0, sizeof *w);
     st_archive_t *st = st_open(dir, err, errlen);
     if (!st) return -1;
-    return model_weights_bind(w, c, st, err, errlen);
+    return bind_archive(w, c, st, err, errlen);
 }
 
 void model_weights_free(model_weights_t *w) {

@@ -86,9 +86,6 @@ bool model_tensors_foreach(const model_config_t *c, model_weights_t *w, bool (*f
  * on failure nothing needs freeing. */
 int model_weights_load(model_weights_t *w, const model_config_t *c, const char *dir, char *err, size_t errlen);
 
-/* Binds an already opened archive (ownership passes to w, also on failure). */
-int model_weights_bind(model_weights_t *w, const model_config_t *c, st_archive_t *st, char *err, size_t errlen);
-
 void model_weights_free(model_weights_t *w);
 
 #endif

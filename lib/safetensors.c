@@ -345,7 +345,6 @@ void st_close(st_archive_t *a) {
 size_t st_count(const st_archive_t *a) { return a->n; }
 const st_tensor_t *st_tensor_at(const st_archive_t *a, size_t i) { return i < a->n ? &a->tensors[i] : NULL; }
 int st_shard_count(const st_archive_t *a) { return a->nshards; }
-const char *st_shard_path(const st_archive_t *a, int shard) { return shard >= 0 && shard < a->nshards ? a->shards[shard].path : NULL; }
 
 const st_tensor_t *st_find(const st_archive_t *a, const char *name) {
     size_t lo = 0, hi = a->n;

@@ -63,6 +63,5 @@ const st_tensor_t *st_tensor_at(const st_archive_t *a, size_t i);
 const st_tensor_t *st_find(const st_archive_t *a, const char *name);
 
 int st_shard_count(const st_archive_t *a);
-const char *st_shard_path(const st_archive_t *a, int shard);
 
 #endif
