@@ -24,8 +24,18 @@ static int fail(ctx_t *c, const char *fmt, ...) __attribute__((format(printf, 2,
 static int fail(ctx_t *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err, c->errlen, fmt, ap);
+    int n = vsnprintf(c->err, c->errlen, fmt, ap);
     va_end(ap);
+    if (n >= 0 && (size_t)n >= c->errlen && c->errlen > 1) {
+        /* Drop a character cut in half: the message may quote request text. */
+        size_t len = c->errlen - 1, lead = len;
+        while (lead > 0 && ((unsigned char)c->err[lead - 1] & 0xC0) == 0x80) lead--;
+        if (lead > 0) {
+            unsigned char b = (unsigned char)c->err[lead - 1];
+            size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+            if (len - (lead - 1) < need) c->err[lead - 1] = 0;
+        }
+    }
     return -1;
 }
 
@@ -155,7 +165,7 @@ static int assistant_fields(ctx_t *c, const json_t *v, size_t index, chat_msg_t 
         for (size_t i = 0; i < json_array_size(content); i++) {
             const json_t *type = json_object_get(json_array_get(content, i), "type");
             if (json_is_string(type) && !strcmp(json_string_value(type), "image_url"))
-                return fail(c, "messages[%zu]: image in an assistant message is not supported", index);
+                return fail(c, "messages[%zu].content[%zu]: %s", index, i, IMAGE_REFUSED);
         }
     if (content && content_text(c, content, index, true, &m->content)) return -1;
     if (reasoning) {
@@ -275,26 +285,30 @@ static int tool_name_ok(ctx_t *c, const json_t *name, size_t i) {
     return 0;
 }
 
-static int tool_parameters(ctx_t *c, const json_t *params, const char *name, bool strict, chat_tool_t *t) {
+/* Missing parameters are an empty schema (an empty object for a strict tool). A strict tool's
+ * schema is rewritten into the strict form (recipe checks nothing else then); other schemas
+ * must be valid and of type object. Replaces t->parameters (the request's, or NULL). */
+static int tool_parameters(ctx_t *c, chat_tool_t *t) {
     char why[256];
-    if (!params) {
-        t->parameters = json_object();
-    } else {
-        if (!chat_schema_valid(params, why, sizeof why)) return fail(c, "invalid schema for function '%s': %s", name, why);
-        const json_t *type = json_is_object(params) ? json_object_get(params, "type") : NULL;
-        if (!json_is_string(type) || strcmp(json_string_value(type), "object"))
-            return fail(c, "invalid schema for function '%s': the schema must have type \"object\"", name);
-        t->parameters = json_deep_copy(params);
+    json_t *given = t->parameters;
+    const char *name = buf_cstr(&t->name);
+    bool missing = !given;
+    if (missing) given = t->strict == 1 ? json_pack("{s:s}", "type", "object") : json_object();
+    else if (t->strict != 1 && !chat_schema_valid(given, why, sizeof why))
+        return fail(c, "invalid schema for function '%s': %s", name, why);
+    if (t->strict == 1) {
+        t->parameters = chat_schema_strict(given, true, why, sizeof why);
+        json_decref(given);
+        return t->parameters ? 0 : fail(c, "invalid schema for strict function '%s': %s", name, why);
     }
-    if (strict) {
-        json_t *s = chat_schema_strict(t->parameters, why, sizeof why);
-        if (!s) return fail(c, "invalid schema for strict function '%s': %s", name, why);
-        json_decref(t->parameters);
-        t->parameters = s;
-    }
+    t->parameters = given;
+    const json_t *type = json_is_object(given) ? json_object_get(given, "type") : NULL;
+    if (!missing && (!json_is_string(type) || strcmp(json_string_value(type), "object")))
+        return fail(c, "invalid schema for function '%s': the schema must have type \"object\"", name);
     return 0;
 }
 
+/* Reads the tool list; the checks that depend on tool_choice come in resolve_tools. */
 static int tools(ctx_t *c, const json_t *list, chat_conv_t *conv) {
     if (!list) return 0;
     if (!json_is_array(list)) return fail(c, "'tools': expected a list, got %s", type_name(list));
@@ -310,11 +324,10 @@ static int tools(ctx_t *c, const json_t *list, chat_conv_t *conv) {
         chat_tool_t *t = &conv->tools[conv->n_tools++];
         t->strict = -1;
         const json_t *name = json_object_get(fn, "name"), *desc = field(fn, "description"), *strict = field(fn, "strict");
+        const json_t *params = field(fn, "parameters");
         if (!json_is_string(name)) return fail(c, "tools[%zu].function.name: expected a string", i);
         if (tool_name_ok(c, name, i)) return -1;
         set_buf(&t->name, name);
-        for (size_t j = 0; j + 1 < conv->n_tools; j++)
-            if (same(&conv->tools[j].name, &t->name)) return fail(c, "tools: names must be unique ('%s' repeats)", json_string_value(name));
         if (desc) {
             if (want_string(c, desc, "tools[].function.description")) return -1;
             t->has_description = true;
@@ -324,14 +337,25 @@ static int tools(ctx_t *c, const json_t *list, chat_conv_t *conv) {
             if (!json_is_boolean(strict)) return fail(c, "tools[%zu].function.strict: expected a boolean", i);
             t->strict = json_is_true(strict);
         }
-        if (tool_parameters(c, field(fn, "parameters"), json_string_value(name), t->strict == 1, t)) return -1;
+        t->parameters = params ? json_deep_copy(params) : NULL;
     }
     return 0;
 }
 
+static void free_tool(chat_tool_t *t) {
+    buf_free(&t->name);
+    buf_free(&t->description);
+    json_decref(t->parameters);
+}
+
+static void drop_tools(chat_conv_t *conv) {
+    for (size_t i = 0; i < conv->n_tools; i++) free_tool(&conv->tools[i]);
+    conv->n_tools = 0;
+}
+
 /* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}.
- * A named tool narrows the tools to that one and requires a call. */
-static int tool_choice(ctx_t *c, const json_t *v, chat_conv_t *conv) {
+ * A named tool (kept in *named) will narrow the tools to that one and require a call. */
+static int tool_choice(ctx_t *c, const json_t *v, chat_conv_t *conv, buf_t *named) {
     static const char *const names[] = {"auto", "none", "required"};
     conv->choice = CHAT_CHOICE_AUTO;
     if (!v) return 0;
@@ -346,23 +370,38 @@ static int tool_choice(ctx_t *c, const json_t *v, chat_conv_t *conv) {
     const json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
     if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name))
         return fail(c, "tool_choice: expected 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
-    if (!conv->n_tools) return 0;
-    buf_t want = {0};
-    set_buf(&want, name);
-    size_t k = 0;
-    while (k < conv->n_tools && !same(&conv->tools[k].name, &want)) k++;
-    buf_free(&want);
-    if (k == conv->n_tools) return fail(c, "tool_choice: no function named '%s' in 'tools'", json_string_value(name));
-    chat_tool_t keep = conv->tools[k];
-    conv->tools[k] = conv->tools[0];
-    conv->tools[0] = keep;
-    for (size_t j = 1; j < conv->n_tools; j++) {
-        buf_free(&conv->tools[j].name);
-        buf_free(&conv->tools[j].description);
-        json_decref(conv->tools[j].parameters);
-    }
-    conv->n_tools = 1;
+    set_buf(named, name);
     conv->choice = CHAT_CHOICE_REQUIRED;
+    return 0;
+}
+
+/* With tool_choice none the tools are dropped unchecked. Otherwise names must be unique and
+ * every schema valid; a named choice keeps its tool only; strict and non-strict tools may
+ * not be mixed. */
+static int resolve_tools(ctx_t *c, chat_conv_t *conv, const buf_t *named, bool named_choice) {
+    if (conv->choice == CHAT_CHOICE_NONE) {
+        drop_tools(conv);
+        return 0;
+    }
+    for (size_t i = 0; i < conv->n_tools; i++)
+        for (size_t j = 0; j < i; j++)
+            if (same(&conv->tools[j].name, &conv->tools[i].name))
+                return fail(c, "tools: names must be unique ('%s' repeats)", buf_cstr(&conv->tools[i].name));
+    for (size_t i = 0; i < conv->n_tools; i++)
+        if (tool_parameters(c, &conv->tools[i])) return -1;
+    if (named_choice && conv->n_tools) {
+        size_t k = 0;
+        while (k < conv->n_tools && !same(&conv->tools[k].name, named)) k++;
+        if (k == conv->n_tools) return fail(c, "tool_choice: no function named '%.*s' in 'tools'", (int)named->len, (const char *)named->data);
+        chat_tool_t keep = conv->tools[k];
+        conv->tools[k] = conv->tools[0];
+        conv->tools[0] = keep;
+        for (size_t j = 1; j < conv->n_tools; j++) free_tool(&conv->tools[j]);
+        conv->n_tools = 1;
+    }
+    for (size_t i = 1; i < conv->n_tools; i++)
+        if ((conv->tools[i].strict == 1) != (conv->tools[0].strict == 1))
+            return fail(c, "cannot use strict tools with non-strict tools in the same request");
     return 0;
 }
 
@@ -394,10 +433,12 @@ static int response_format(ctx_t *c, const json_t *v, chat_conv_t *conv, chat_pr
         if ((name && want_string(c, name, "json_schema.name")) || (desc && want_string(c, desc, "json_schema.description"))) return -1;
         bool strict = false;
         if (opt_bool(c, js, "strict", "json_schema.strict", &strict)) return -1;
+        /* A strict schema is only read into the strict form; others must be valid. The prompt
+         * shows the schema as given, the constraint enforces the strict form. */
         char why[256];
-        if (!chat_schema_valid(schema, why, sizeof why)) return fail(c, "invalid json schema: %s", why);
+        if (!strict && !chat_schema_valid(schema, why, sizeof why)) return fail(c, "invalid json schema: %s", why);
         conv->schema = json_deep_copy(schema);
-        json_t *enforced = strict ? chat_schema_strict(schema, why, sizeof why) : json_incref(conv->schema);
+        json_t *enforced = strict ? chat_schema_strict(schema, false, why, sizeof why) : json_incref(conv->schema);
         if (!enforced) return fail(c, "invalid strict json schema: %s", why);
         p->constraint = CHAT_CONSTRAINT_JSON;
         chat_json_write(&p->constraint_text, enforced, CHAT_JSON_COMPACT);
@@ -518,13 +559,16 @@ static int model_version(ctx_t *c, const json_t *model, chat_conv_t *conv) {
 }
 
 /* The option checks that look at messages, tools and format together. */
-static int cross_checks(ctx_t *c, const chat_conv_t *conv, size_t requested_tools) {
+static int cross_checks(ctx_t *c, const chat_conv_t *conv, size_t requested_tools, bool has_format) {
     const chat_msg_t *last = &conv->msgs[conv->n_msgs - 1];
-    bool prefix = last->role == CHAT_ASSISTANT && last->prefix;
+    bool prefix = last->role == CHAT_ASSISTANT && last->prefix, calls = false;
+    for (size_t i = 0; i < conv->n_msgs; i++) calls |= conv->msgs[i].n_calls > 0;
     if (conv->format == CHAT_FORMAT_JSON_OBJECT && !mentions_json(conv))
         return fail(c, "prompt must contain the word 'json' in some form to use 'response_format' of type 'json_object'");
     if (prefix && conv->format == CHAT_FORMAT_JSON_OBJECT) return fail(c, "response_format json_object should not be used with prefix");
-    if (prefix && requested_tools) return fail(c, "function call should not be used with prefix");
+    if (prefix && (requested_tools || calls)) return fail(c, "function calls should not be used with prefix");
+    if (has_format && conv->n_tools && conv->tools[0].strict == 1)
+        return fail(c, "response_format should not be used with strict tools");
     return 0;
 }
 
@@ -569,14 +613,6 @@ static void output_options(chat_conv_t *conv, chat_prompt_t *p, double top_p, bo
     json_decref(list);
 }
 
-static void drop_tools(chat_conv_t *conv) {
-    for (size_t i = 0; i < conv->n_tools; i++) {
-        buf_free(&conv->tools[i].name);
-        buf_free(&conv->tools[i].description);
-        json_decref(conv->tools[i].parameters);
-    }
-    conv->n_tools = 0;
-}
 
 /* recipe drops empty system messages, and reasoning outside thinking mode. */
 static void tidy_messages(chat_conv_t *conv) {
@@ -605,17 +641,20 @@ static int convert(ctx_t *c, const json_t *body, chat_conv_t *conv, chat_prompt_
     if (messages(c, json_object_get(body, "messages"), conv)) return -1;
     if (tools(c, field(body, "tools"), conv)) return -1;
     size_t requested_tools = conv->n_tools;
-    if (tool_choice(c, field(body, "tool_choice"), conv)) return -1;
+    buf_t named = {0};
+    int rc = tool_choice(c, field(body, "tool_choice"), conv, &named);
+    if (!rc) rc = resolve_tools(c, conv, &named, named.len > 0 || json_is_object(field(body, "tool_choice")));
+    buf_free(&named);
+    if (rc) return -1;
     if (response_format(c, field(body, "response_format"), conv, p)) return -1;
     double top_p = 1;
     bool has_top_p = false;
     if (sampling(c, body, p, &top_p, &has_top_p) || stop_sequences(c, field(body, "stop"), p) || stream_fields(c, body, p) ||
         parallel_tool_calls(c, body))
         return -1;
-    if (cross_checks(c, conv, requested_tools)) return -1;
+    if (cross_checks(c, conv, requested_tools, field(body, "response_format") != NULL)) return -1;
     if (conv->n_tools && conv->thinking && conv->choice == CHAT_CHOICE_REQUIRED)
         return fail(c, "thinking mode does not support this tool_choice");
-    if (conv->choice == CHAT_CHOICE_NONE) drop_tools(conv);
     if (!conv->n_tools && conv->choice == CHAT_CHOICE_REQUIRED) conv->choice = CHAT_CHOICE_AUTO;
     tidy_messages(conv);
     output_options(conv, p, top_p, has_top_p);

@@ -12,7 +12,8 @@
  * On failure err says why. */
 bool chat_schema_valid(const json_t *schema, char *err, size_t errlen);
 
-/* The strict form of schema (a new reference), or NULL with the reason in err. */
-json_t *chat_schema_strict(const json_t *schema, char *err, size_t errlen);
+/* The strict form of schema (a new reference), or NULL with the reason in err. The top
+ * level must be an object; tool parameters may have no properties there. */
+json_t *chat_schema_strict(const json_t *schema, bool tool_parameters, char *err, size_t errlen);
 
 #endif

@@ -31,7 +31,9 @@ BUILD = os.environ.get("BUILD", "build")
 DATA = os.environ.get("DI_DATA", "data")
 DRIVER = os.path.join(ROOT, BUILD, "drivers", "chat_render")
 CASES = os.path.join(ROOT, "tests", "data", "chat_cases.jsonl")
-N_GENERATED = 400
+# More conversations from other seeds: DI_CHAT_SEED=7 DI_CHAT_GENERATED=3000 tests/py/test_chat_recipe.py
+SEED = int(os.environ.get("DI_CHAT_SEED", "20240601"))
+N_GENERATED = int(os.environ.get("DI_CHAT_GENERATED", "400"))
 
 STAGES = [(ThinkingInitialStage.ReasoningStart, "reasoning_start"),
           (ThinkingInitialStage.ReasoningContinuation, "reasoning_continuation"),
@@ -88,7 +90,7 @@ def reference(body, tokenizer):
 
 def compare(case, ours, ref):
     name = case["name"]
-    if case.get("refuse"):
+    if case.get("refuse") and ref["ok"]:
         check(not ours["ok"] and "image input is not supported" in ours.get("error", ""), name,
               f"expected the image refusal, got {ours.get('error') or 'a prompt'}")
         return
@@ -196,6 +198,90 @@ def gen_body(rng):
     return body
 
 
+# Mutations that make a body invalid, or valid in an unusual way: both renderers must agree.
+def _set(key, value):
+    return lambda b: b.__setitem__(key, value)
+
+
+def _msg(index, key, value):
+    def apply(b):
+        if b["messages"]:
+            m = b["messages"][index % len(b["messages"])]
+            if value is _DEL:
+                m.pop(key, None)
+            else:
+                m[key] = value
+    return apply
+
+
+def _tool_fn(key, value):
+    def apply(b):
+        b.setdefault("tools", [{"type": "function", "function": {"name": "t"}}])
+        b["tools"][0]["function"][key] = value
+    return apply
+
+
+_DEL = object()
+MUTATIONS = [
+    _set("temperature", "hot"), _set("temperature", 2.5), _set("temperature", -0.1), _set("top_p", 0), _set("top_p", 1.5),
+    _set("top_p", None), _set("max_tokens", 0), _set("max_tokens", -1), _set("max_tokens", 393217), _set("max_tokens", 1.5),
+    _set("max_tokens", 393216), _set("seed", -1), _set("seed", 2 ** 63 - 1), _set("seed", "7"), _set("n", 2), _set("n", 1),
+    _set("logprobs", "yes"), _set("logprobs", True), _set("top_logprobs", 3), _set("stop", ""), _set("stop", [""]),
+    _set("stop", ["s"] * 17), _set("stop", ["s"] * 16), _set("stop", [1]), _set("stop", 5), _set("stream", "yes"),
+    _set("stream_options", {"include_usage": True}), _set("presence_penalty", 2.5), _set("frequency_penalty", "x"),
+    _set("frequency_penalty", -2), _set("thinking", {"type": "auto"}), _set("thinking", "enabled"), _set("thinking", {}),
+    _set("thinking", {"type": {"disabled": None}}), _set("thinking", {"type": "enabled", "budget_tokens": "x"}),
+    _set("reasoning_effort", "bogus"), _set("reasoning_effort", {"max": None}), _set("reasoning_effort", 3),
+    _set("model", "deepseek-chat"), _set("model", 5), _set("messages", []), _set("messages", "hi"), _set("messages", None),
+    _set("parallel_tool_calls", "no"), _set("parallel_tool_calls", False), _set("user", 5), _set("tool_choice", "bogus"),
+    _set("tool_choice", {"type": "function", "function": {"name": "nope"}}), _set("tool_choice", 3),
+    _set("response_format", {"type": "json_object"}), _set("response_format", {"type": "grammar"}),
+    _set("response_format", {"type": "json_schema", "json_schema": {"name": "x"}}), _set("response_format", "json"),
+    _set("response_format", {"type": "regex", "regex": 5}), _set("response_format", {"type": "json_schema", "json_schema":
+        {"name": "x", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}),
+    _msg(0, "role", "developer"), _msg(0, "role", "function"), _msg(0, "content", None), _msg(0, "content", _DEL),
+    _msg(0, "content", 5), _msg(-1, "content", [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]),
+    _msg(-1, "content", [{"type": "input_audio"}]), _msg(-1, "content", [{"type": "text"}]), _msg(-1, "content", ["a"]),
+    _msg(1, "prefix", True), _msg(-1, "prefix", True), _msg(-1, "prefix", "yes"), _msg(-1, "name", 5),
+    _msg(-1, "name", "bob"), _msg(1, "tool_calls", []), _msg(1, "reasoning_content", 5),
+    _msg(-1, "role", "tool"), _msg(-1, "tool_call_id", None),
+    _tool_fn("name", "bad name"), _tool_fn("name", ""), _tool_fn("name", "x" * 129), _tool_fn("name", "x" * 128),
+    _tool_fn("parameters", {"type": "string"}), _tool_fn("parameters", {}), _tool_fn("parameters", [1]),
+    _tool_fn("parameters", {"type": "object", "properties": {"a": {"type": "strin"}}}),
+    _tool_fn("parameters", {"type": "object", "required": ["a", "a"]}), _tool_fn("description", 5),
+    _tool_fn("strict", True), _tool_fn("strict", "yes"),
+    _tool_fn("parameters", {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "string"}}}),
+    _tool_fn("parameters", {"type": "object", "properties": {"a": {"$ref": "#/$defs/B"}}}),
+    _tool_fn("parameters", {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}),
+    _tool_fn("parameters", {"type": "object", "properties": {"a": {"type": "integer", "minimum": -1.5e-7, "maximum": 1e16}}}),
+    _set("tools", [{"type": "function", "function": {"name": "t"}}] * 2), _set("tools", "t"),
+    _set("tools", [{"type": "web_search"}]), _set("tools", []),
+]
+
+# Strict schemas: recipe rewrites them; the prompt shows the result.
+STRICT_SCHEMAS = [
+    None, {"type": "object"}, {"type": "object", "properties": {"a": {"type": "string", "description": "d", "pattern": "^a",
+                                                                        "format": "email", "enum": ["x"], "title": "t"}}},
+    {"type": "object", "description": "top", "title": "T", "properties": {
+        "n": {"type": "number", "default": 1.5, "minimum": 0, "maximum": 1e16, "multipleOf": 0.5, "enum": [1]},
+        "i": {"type": "integer", "const": 3, "exclusiveMinimum": 0},
+        "b": {"type": "boolean", "description": "flag", "default": True},
+        "l": {"type": "array", "description": "list", "minItems": 1,
+              "items": {"type": "object", "properties": {"q": {"type": ["string", "null"], "description": "q"}}}},
+        "o": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"z": {"$ref": "#/$defs/Z", "description": "x"}}}],
+              "description": "either"}},
+     "$defs": {"Z": {"type": "string"}}, "required": ["o", "l", "b", "i", "n"]},
+    {"type": "object", "properties": {"a": {"type": "object"}}},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True},
+    {"type": "object", "properties": {"a": {"type": "string", "format": "date"}}},
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": 1.5}}},
+    {"type": "object", "properties": {"a": {"enum": ["x"]}}}, {"type": "string"}, {},
+    {"type": "object", "properties": {"a": {"type": ["object"]}}},
+    {"type": "object", "properties": {"a": {"type": "array"}}},
+]
+
+
 def main():
     global skipped
     if not os.access(DRIVER, os.X_OK):
@@ -203,8 +289,27 @@ def main():
         print("0 passed, 1 failed")
         return 1
     cases = [json.loads(line) for line in open(CASES, encoding="utf-8") if line.strip()]
-    rng = random.Random(20240601)
+    rng = random.Random(SEED)
     cases += [{"name": f"generated-{i}", "body": gen_body(rng)} for i in range(N_GENERATED)]
+    for i, mutate in enumerate(MUTATIONS):
+        body = gen_body(rng)
+        mutate(body)
+        msgs = body["messages"] if isinstance(body.get("messages"), list) else []
+        image = any(isinstance(m, dict) and isinstance(m.get("content"), list) and
+                    any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"]) for m in msgs)
+        cases.append({"name": f"mutation-{i}", "body": body, "refuse": image})
+    for i, schema in enumerate(STRICT_SCHEMAS):
+        fn = {"name": "strict_tool", "strict": True}
+        if schema is not None:
+            fn["parameters"] = schema
+        for thinking in ("enabled", "disabled"):
+            cases.append({"name": f"strict-tool-{i}-{thinking}", "body": {
+                "model": "DeepSeek-V4.1-Flash", "thinking": {"type": thinking}, "tools": [{"type": "function", "function": fn}],
+                "messages": [{"role": "user", "content": "use the tool"}]}})
+        if schema is not None:
+            cases.append({"name": f"strict-format-{i}", "body": {
+                "model": "DeepSeek-V4-Pro", "messages": [{"role": "user", "content": "answer"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": schema}}}})
 
     tok_src = os.path.join(ROOT, DATA, "tokenizer", "tokenizer.json")
     tmp = tempfile.TemporaryDirectory()
