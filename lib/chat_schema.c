@@ -99,9 +99,14 @@ static bool has_anchor(const json_t *v, const char *name) {
     return false;
 }
 
+static int draft_of(const char *uri);
+
 static bool ref_ok(check_t *c, const json_t *v) {
     const char *ref = json_string_value(v);
-    if (*ref != '#') return bad(c, "reference '%s' cannot be resolved (remote schemas are not fetched)", ref);
+    if (*ref != '#') {
+        if (draft_of(ref)) return true; /* the meta-schemas are known without fetching */
+        return bad(c, "reference '%s' cannot be resolved (remote schemas are not fetched)", ref);
+    }
     if (!ref[1] || ref[1] == '/') {
         if (!resolve_pointer(c->root, ref + 1)) return bad(c, "pointer '%s' does not exist", ref + 1);
         return true;
@@ -160,6 +165,17 @@ static bool type_ok(check_t *c, const json_t *v) {
     return bad(c, "'type' must be a type name or a non-empty list of them");
 }
 
+/* $id: a URI reference without a fragment (an empty trailing '#' is allowed). */
+static bool id_ok(const char *s) {
+    static const char allowed[] = "-._~:/?#[]@!$&'()*+,;=%";
+    const char *hash = strchr(s, '#');
+    if (hash && hash[1]) return false;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr(allowed, *s)))
+            return false;
+    return true;
+}
+
 static bool anchor_ok(const char *s) {
     if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_')) return false;
     for (s++; *s; s++)
@@ -171,13 +187,13 @@ static bool anchor_ok(const char *s) {
 /* How each keyword's value is checked. */
 typedef enum { K_STRING, K_NUMBER, K_POSITIVE, K_COUNT, K_BOOL, K_ARRAY, K_OBJECT, K_SCHEMA, K_SCHEMA_MAP,
                K_SCHEMA_LIST, K_UNIQUE_STRINGS, K_TYPE, K_PATTERN, K_REF, K_ANCHOR, K_ITEMS, K_EXCLUSIVE,
-               K_DEPENDENCIES, K_DEPENDENT_REQUIRED, K_PATTERN_PROPERTIES, K_VOCABULARY } kind_t;
+               K_DEPENDENCIES, K_DEPENDENT_REQUIRED, K_PATTERN_PROPERTIES, K_VOCABULARY, K_ID } kind_t;
 
 static const struct {
     const char *key;
     kind_t kind;
 } KEYWORDS[] = {
-    {"$id", K_STRING}, {"$comment", K_STRING}, {"title", K_STRING}, {"description", K_STRING}, {"format", K_STRING},
+    {"$id", K_ID}, {"$schema", K_STRING}, {"$comment", K_STRING}, {"title", K_STRING}, {"description", K_STRING}, {"format", K_STRING},
     {"contentMediaType", K_STRING}, {"contentEncoding", K_STRING}, {"$recursiveRef", K_STRING},
     {"$ref", K_REF}, {"$dynamicRef", K_REF}, {"$anchor", K_ANCHOR}, {"$dynamicAnchor", K_ANCHOR},
     {"$vocabulary", K_VOCABULARY}, {"type", K_TYPE}, {"enum", K_ARRAY}, {"examples", K_ARRAY},
@@ -215,6 +231,9 @@ static bool keyword_ok(check_t *c, const json_t *schema, const char *key, kind_t
         if (!json_is_string(v)) return bad(c, "'%s' must be a string", key);
         return regex_ok(v) || bad(c, "\"%s\" is not a valid regular expression", json_string_value(v));
     case K_REF: return json_is_string(v) ? ref_ok(c, v) : bad(c, "'%s' must be a string", key);
+    case K_ID:
+        if (!json_is_string(v)) return bad(c, "'%s' must be a string", key);
+        return id_ok(json_string_value(v)) || bad(c, "'%s' is not a URI without a fragment", json_string_value(v));
     case K_ANCHOR:
         if (!json_is_string(v)) return bad(c, "'%s' must be a string", key);
         return anchor_ok(json_string_value(v)) || bad(c, "'%s' is not a valid anchor name", json_string_value(v));
@@ -282,8 +301,10 @@ static bool check_schema(check_t *c, const json_t *v) {
     return true;
 }
 
-/* The draft a $schema URI names (the scheme, and a trailing '#', do not matter), or 0. */
+/* The draft a $schema URI names, or 0. The fragment does not matter; a URI that is only a
+ * fragment (or empty) names the default draft. */
 static int draft_of(const char *uri) {
+    static const char *const schemes[] = {"https://", "http://"};
     static const struct {
         const char *path;
         int draft;
@@ -292,13 +313,14 @@ static int draft_of(const char *uri) {
         {"json-schema.org/draft-07/schema", 7}, {"json-schema.org/draft-06/schema", 6},
         {"json-schema.org/draft-04/schema", 4}, {"json-schema.org/schema", 2020},
     };
-    if (!strncmp(uri, "https://", 8)) uri += 8;
-    else if (!strncmp(uri, "http://", 7)) uri += 7;
-    else return 0;
-    size_t n = strlen(uri);
-    if (n && uri[n - 1] == '#') n--;
-    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-        if (strlen(known[i].path) == n && !strncmp(uri, known[i].path, n)) return known[i].draft;
+    size_t n = strcspn(uri, "#");
+    if (!n) return 2020;
+    for (size_t s = 0; s < 2; s++) {
+        size_t k = strlen(schemes[s]);
+        if (n < k || strncmp(uri, schemes[s], k)) continue;
+        for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+            if (strlen(known[i].path) == n - k && !strncmp(uri + k, known[i].path, n - k)) return known[i].draft;
+    }
     return 0;
 }
 

@@ -13,8 +13,9 @@ V4.1 tokenizer is not published here), so the ids are compared on that tokenizer
 <｜System｜> appended as one more added token: both encoders then run on the same vocabulary.
 Without the tokenizer file the id comparison is skipped (and reported as skipped).
 
-Case lines: {"name", "body", "refuse"?}. "refuse": the engine rejects on purpose what recipe
-accepts (images: text-only engine); the error must say so.
+Case lines: {"name", "body", "refuse"?, "expect_error"?}. "refuse": the engine rejects on purpose
+what recipe accepts (images: text-only engine); the error must say so. "expect_error": both must
+reject it (keeps the error cases honest if recipe changes).
 """
 import json
 import os
@@ -90,6 +91,9 @@ def reference(body, tokenizer):
 
 def compare(case, ours, ref):
     name = case["name"]
+    if case.get("expect_error"):
+        check(not ref["ok"] and not ours["ok"], name, f"expected both to reject; recipe ok={ref['ok']}, ours ok={ours['ok']}")
+        return
     if case.get("refuse") and ref["ok"]:
         check(not ours["ok"] and "image input is not supported" in ours.get("error", ""), name,
               f"expected the image refusal, got {ours.get('error') or 'a prompt'}")
@@ -282,6 +286,26 @@ STRICT_SCHEMAS = [
 ]
 
 
+# Random schemas from keywords and values that are sometimes right: the meta-schema checks
+# must accept and reject the same ones.
+SCHEMA_KEYS = ["type", "properties", "required", "items", "prefixItems", "enum", "const", "minimum", "exclusiveMinimum",
+               "multipleOf", "minLength", "pattern", "format", "uniqueItems", "additionalProperties", "patternProperties",
+               "propertyNames", "allOf", "anyOf", "oneOf", "not", "if", "$ref", "$defs", "definitions", "description",
+               "default", "examples", "dependentRequired", "dependencies", "contains", "maxContains", "$anchor", "$id",
+               "readOnly", "$schema", "minProperties", "nullable"]
+SCHEMA_VALUES = [1, 0, -1, 1.5, 2.0, "string", "object", "x", "(", "^a$", True, False, None, [], [1], ["a"], ["a", "a"],
+                 ["string", "null"], {}, {"type": "string"}, {"a": {"type": "string"}}, {"a": 5}, [{"type": "string"}],
+                 "#/$defs/A", "#/nope", "#", "http://json-schema.org/draft-07/schema#", "bogus-uri", {"A": {"type": "string"}}]
+
+
+def gen_schema(rng, depth=0):
+    schema = {}
+    for _ in range(rng.randint(0, 4)):
+        key = rng.choice(SCHEMA_KEYS)
+        schema[key] = gen_schema(rng, depth + 1) if depth < 2 and rng.random() < 0.3 else rng.choice(SCHEMA_VALUES)
+    return schema
+
+
 def main():
     global skipped
     if not os.access(DRIVER, os.X_OK):
@@ -298,6 +322,16 @@ def main():
         image = any(isinstance(m, dict) and isinstance(m.get("content"), list) and
                     any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"]) for m in msgs)
         cases.append({"name": f"mutation-{i}", "body": body, "refuse": image})
+    for i in range(100):
+        schema = gen_schema(rng)
+        schema["type"] = "object" if rng.random() < 0.8 else schema.get("type", "object")
+        if rng.random() < 0.5:
+            schema.setdefault("$defs", {"A": {"type": "string"}})
+        base = {"model": "DeepSeek-V4.1-Flash", "messages": [{"role": "user", "content": "q"}], "thinking": {"type": "disabled"}}
+        cases.append({"name": f"schema-tool-{i}", "body": dict(base, tools=[{"type": "function", "function": {
+            "name": "f", "parameters": schema}}])})
+        cases.append({"name": f"schema-format-{i}", "body": dict(base, response_format={"type": "json_schema", "json_schema": {
+            "name": "s", "schema": schema}})})
     for i, schema in enumerate(STRICT_SCHEMAS):
         fn = {"name": "strict_tool", "strict": True}
         if schema is not None:
