@@ -292,7 +292,8 @@ static size_t call_position(const chat_msg_t *caller, const buf_t *id) {
  * (the latest assistant's calls), keeping the places of the tool messages in the run. */
 static void sort_tool_results(const chat_msg_t **msgs, size_t n) {
     const chat_msg_t *caller = NULL;
-    size_t *slots = xmalloc((n + 1) * sizeof *slots);
+    size_t *slots = xmalloc((n + 1) * sizeof *slots), *keys = xmalloc((n + 1) * sizeof *keys);
+    const chat_msg_t **tools = xmalloc((n + 1) * sizeof *tools);
     for (size_t i = 0; i < n;) {
         if (!user_like(msgs[i])) {
             if (msgs[i]->role == CHAT_ASSISTANT && msgs[i]->n_calls) caller = msgs[i];
@@ -303,16 +304,22 @@ static void sort_tool_results(const chat_msg_t **msgs, size_t n) {
         for (; i < n && user_like(msgs[i]); i++)
             if (msgs[i]->role == CHAT_TOOL) slots[ns++] = i;
         if (!caller) continue;
-        /* Stable insertion sort of the tool messages over their slots. */
-        for (size_t a = 1; a < ns; a++) {
+        /* Stable insertion sort by call position, then back into the slots. */
+        for (size_t a = 0; a < ns; a++) {
             const chat_msg_t *t = msgs[slots[a]];
             size_t key = call_position(caller, &t->call_id), b = a;
-            for (; b > 0 && call_position(caller, &msgs[slots[b - 1]]->call_id) > key; b--)
-                msgs[slots[b]] = msgs[slots[b - 1]];
-            msgs[slots[b]] = t;
+            for (; b > 0 && keys[b - 1] > key; b--) {
+                keys[b] = keys[b - 1];
+                tools[b] = tools[b - 1];
+            }
+            keys[b] = key;
+            tools[b] = t;
         }
+        for (size_t a = 0; a < ns; a++) msgs[slots[a]] = tools[a];
     }
     free(slots);
+    free(keys);
+    free(tools);
 }
 
 void chat_render_conv(const chat_conv_t *conv, chat_prompt_t *p) {

@@ -150,6 +150,13 @@ static int tool_call(ctx_t *c, const json_t *v, size_t index, size_t k, chat_cal
     const json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
     if (!json_is_object(fn) || !json_is_string(name) || !json_is_string(args))
         return fail(c, "messages[%zu].tool_calls[%zu].function: needs string 'name' and 'arguments'", index, k);
+    /* Arguments that are not JSON are rendered as text, like recipe does; but an integer
+     * beyond 64 bits is JSON that jansson cannot hold, and rendering it as text would differ. */
+    json_error_t jerr;
+    json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    json_decref(parsed);
+    if (!parsed && json_error_code(&jerr) == json_error_numeric_overflow)
+        return fail(c, "messages[%zu].tool_calls[%zu].function.arguments: %s (integers must fit in 64 bits)", index, k, jerr.text);
     set_buf(&out->id, id);
     set_buf(&out->name, name);
     set_buf(&out->arguments, args);

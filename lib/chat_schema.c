@@ -448,12 +448,17 @@ static json_t *strict_typed(strict_t *s, const json_t *in, const json_t *type, b
     bool array = !strcmp(t, "array"), object = !strcmp(t, "object");
     bool ok = true;
     if (json_is_array(type)) {
-        if (!is_scalar_type_list(type)) ok = strict_fail(s, "a list of types may only name string, number, integer, boolean or null") != NULL;
+        if (!is_scalar_type_list(type)) {
+            strict_fail(s, "a list of types may only name string, number, integer, boolean or null");
+            ok = false;
+        }
     } else if (!json_is_string(type)) {
-        ok = strict_fail(s, "'type' must be a string or a list of strings") != NULL;
+        strict_fail(s, "'type' must be a string or a list of strings");
+        ok = false;
     } else if (!array && !object && strcmp(t, "string") && strcmp(t, "number") && strcmp(t, "integer") &&
                strcmp(t, "boolean") && strcmp(t, "null")) {
-        ok = strict_fail(s, "unknown type '%s'", t) != NULL;
+        strict_fail(s, "unknown type '%s'", t);
+        ok = false;
     }
     /* The typed model writes the description after the members of arrays and objects. */
     if (ok && !array && !object) ok = copy_field(s, out, in, "description", is_string, "a string");

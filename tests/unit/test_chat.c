@@ -203,6 +203,10 @@ static void test_errors(void) {
     expect_error("{" V41 ",\"temperature\":2.5,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "temperature");
     expect_error("{" V41 ",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "max_tokens");
     expect_error("{" V41 ",\"stop\":[\"\"],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "stop");
+    /* Integers past 64 bits in tool arguments cannot be rendered as recipe does: refused. */
+    expect_error("{" V41 ",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"tool_calls\":"
+                 "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"n\\\":18446744073709551616}\"}}]},"
+                 "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"r\"}]}", "64 bits");
     expect_error("{" V41 ",\"reasoning_effort\":\"extreme\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "extreme");
     /* A long non-ASCII value quoted in an error is cut at a character boundary. */
     buf_t body = {0};
