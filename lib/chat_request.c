@@ -93,14 +93,22 @@ static int opt_f32(ctx_t *c, const json_t *obj, const char *key, double *out) {
     return 1;
 }
 
-/* A string enum; recipe also accepts the tagged-map spelling {"name": null}. */
-static int enum_value(ctx_t *c, const json_t *v, const char *what, const char *const *names, size_t n) {
-    const char *s = NULL;
-    if (json_is_string(v)) s = json_string_value(v);
-    else if (json_is_object(v) && json_object_size(v) == 1) {
-        const char *key = json_object_iter_key(json_object_iter((json_t *)v));
-        if (json_is_null(json_object_get(v, key))) s = key;
-    }
+/* The name an enum value spells: a string, or where recipe's field is an external enum also
+ * the map spelling {"name": null}. NULL if it is neither. */
+static const char *enum_spelling(const json_t *v, bool map_ok) {
+    if (json_is_string(v)) return json_string_value(v);
+    if (!map_ok || !json_is_object(v) || json_object_size(v) != 1) return NULL;
+    const char *key = json_object_iter_key(json_object_iter((json_t *)v));
+    return json_is_null(json_object_get(v, key)) ? key : NULL;
+}
+
+static bool is_function_tag(const json_t *type) {
+    const char *s = enum_spelling(type, true);
+    return s && !strcmp(s, "function");
+}
+
+static int enum_value(ctx_t *c, const json_t *v, const char *what, const char *const *names, size_t n, bool map_ok) {
+    const char *s = enum_spelling(v, map_ok);
     if (!s) return fail(c, "%s: expected a string, got %s", what, type_name(v));
     for (size_t i = 0; i < n; i++)
         if (!strcmp(s, names[i])) return (int)i;
@@ -145,8 +153,8 @@ static int tool_call(ctx_t *c, const json_t *v, size_t index, size_t k, chat_cal
     if (!json_is_object(v)) return fail(c, "messages[%zu].tool_calls[%zu]: expected an object", index, k);
     const json_t *id = json_object_get(v, "id"), *type = json_object_get(v, "type"), *fn = json_object_get(v, "function");
     if (!id || !type || !fn) return fail(c, "messages[%zu].tool_calls[%zu]: 'id', 'type' and 'function' are required", index, k);
-    if (!json_is_string(id) || !json_is_string(type)) return fail(c, "messages[%zu].tool_calls[%zu]: 'id' and 'type' must be strings", index, k);
-    if (strcmp(json_string_value(type), "function")) return fail(c, "messages[%zu].tool_calls[%zu].type: expected 'function'", index, k);
+    if (!json_is_string(id)) return fail(c, "messages[%zu].tool_calls[%zu].id: expected a string", index, k);
+    if (!is_function_tag(type)) return fail(c, "messages[%zu].tool_calls[%zu].type: expected 'function'", index, k);
     const json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
     if (!json_is_object(fn) || !json_is_string(name) || !json_is_string(args))
         return fail(c, "messages[%zu].tool_calls[%zu].function: needs string 'name' and 'arguments'", index, k);
@@ -202,7 +210,7 @@ static int message(ctx_t *c, const json_t *v, size_t index, chat_msg_t *m) {
     if (!role) return fail(c, "messages[%zu]: missing 'role'", index);
     char what[48];
     snprintf(what, sizeof what, "messages[%zu].role", index);
-    int r = enum_value(c, role, what, roles, DI_ARRAY_LEN(roles));
+    int r = enum_value(c, role, what, roles, DI_ARRAY_LEN(roles), false);
     if (r < 0) return -1;
     m->role = (chat_role_t)r;
     const json_t *name = field(v, "name"), *content = json_object_get(v, "content");
@@ -325,8 +333,7 @@ static int tools(ctx_t *c, const json_t *list, chat_conv_t *conv) {
         const json_t *v = json_array_get(list, i);
         const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
         const json_t *fn = json_is_object(v) ? json_object_get(v, "function") : NULL;
-        if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
-            return fail(c, "tools[%zu]: only tools of type 'function' are supported", i);
+        if (!is_function_tag(type)) return fail(c, "tools[%zu]: only tools of type 'function' are supported", i);
         if (!json_is_object(fn)) return fail(c, "tools[%zu]: missing 'function' object", i);
         chat_tool_t *t = &conv->tools[conv->n_tools++];
         t->strict = -1;
@@ -367,7 +374,7 @@ static int tool_choice(ctx_t *c, const json_t *v, chat_conv_t *conv, buf_t *name
     conv->choice = CHAT_CHOICE_AUTO;
     if (!v) return 0;
     if (json_is_string(v)) {
-        int k = enum_value(c, v, "tool_choice", names, DI_ARRAY_LEN(names));
+        int k = enum_value(c, v, "tool_choice", names, DI_ARRAY_LEN(names), false);
         if (k < 0) return -1;
         conv->choice = (chat_choice_t)k;
         return 0;
@@ -375,7 +382,7 @@ static int tool_choice(ctx_t *c, const json_t *v, chat_conv_t *conv, buf_t *name
     const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
     const json_t *fn = json_is_object(v) ? field(v, "function") : NULL;
     const json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-    if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name))
+    if (!is_function_tag(type) || !json_is_string(name))
         return fail(c, "tool_choice: expected 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     set_buf(named, name);
     conv->choice = CHAT_CHOICE_REQUIRED;
@@ -420,7 +427,7 @@ static int response_format(ctx_t *c, const json_t *v, chat_conv_t *conv, chat_pr
     if (!v) return 0;
     const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
     if (!type) return fail(c, "response_format: expected an object with a 'type'");
-    int k = enum_value(c, type, "response_format.type", names, DI_ARRAY_LEN(names));
+    int k = enum_value(c, type, "response_format.type", names, DI_ARRAY_LEN(names), false);
     if (k < 0) return -1;
     conv->format = (chat_format_t)k;
     if (conv->format == CHAT_FORMAT_REGEX) {
@@ -545,11 +552,11 @@ static int thinking_mode(ctx_t *c, const json_t *body, chat_conv_t *conv) {
         if (!json_is_object(th)) return fail(c, "'thinking': expected an object");
         const json_t *t = json_object_get(th, "type");
         if (!t) return fail(c, "'thinking': missing 'type'");
-        if ((type = enum_value(c, t, "thinking.type", types, DI_ARRAY_LEN(types))) < 0) return -1;
+        if ((type = enum_value(c, t, "thinking.type", types, DI_ARRAY_LEN(types), true)) < 0) return -1;
         uint64_t budget;
         if (opt_uint(c, th, "budget_tokens", UINT64_MAX, &budget) < 0) return -1;
     }
-    if (re && (effort = enum_value(c, re, "reasoning_effort", efforts, DI_ARRAY_LEN(efforts))) < 0) return -1;
+    if (re && (effort = enum_value(c, re, "reasoning_effort", efforts, DI_ARRAY_LEN(efforts), true)) < 0) return -1;
     conv->thinking = type >= 0 ? type != 2 : effort != 0;
     conv->effort = !conv->thinking ? CHAT_EFFORT_UNSET : effort >= 0 ? effort_of[effort] : CHAT_EFFORT_HIGH;
     return 0;
