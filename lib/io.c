@@ -406,8 +406,11 @@ static void offer_eos_on_socket(frame_out_t *out)
         backoff = backoff < 500 ? backoff * 2 : 500;
         send_encoded(out, ZMQ_DONTWAIT);
     }
-    /* No peer now: frames still queued get eos_timeout to reach a (re)connecting one. */
-    zmq_setsockopt(out->sock, ZMQ_LINGER, &timeout_ms, sizeof timeout_ms);
+    /* Peers that came and left took their eos (they leave once their input is complete), so
+     * the copies still queued for them are spare. If nobody ever came, queued frames get
+     * eos_timeout to reach a peer that connects late. */
+    int linger = out->peers_seen ? 0 : timeout_ms;
+    zmq_setsockopt(out->sock, ZMQ_LINGER, &linger, sizeof linger);
 }
 
 void frame_out_finish(frame_out_t *out, const ledger_t *ledger)
