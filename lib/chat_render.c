@@ -232,8 +232,10 @@ static void tool_calls(renderer_t *r, const chat_msg_t *m) {
     text_s(r, ">");
 }
 
-static void assistant(renderer_t *r, const chat_msg_t *m, bool keep_reasoning) {
-    bool thinking = r->conv->thinking;
+/* first: V4.1 writes a conversation's first message, if an assistant one, as if thinking
+ * mode were off. */
+static void assistant(renderer_t *r, const chat_msg_t *m, bool keep_reasoning, bool first) {
+    bool thinking = r->conv->thinking && !(first && r->d->system_token);
     special(r, TOK_ASSISTANT);
     if (m->prefix) {
         /* Continue the message: open exactly as far as it got. */
@@ -370,16 +372,18 @@ void chat_render_conv(const chat_conv_t *conv, chat_prompt_t *p) {
     }
     sort_tool_results(msgs, n);
 
+    /* The reasoning-effort line: V4 writes it after BOS, V4.1 with the first message, in a
+     * <｜System｜> section that the first message continues if it is a system one. */
+    buf_t effort = {0};
+    effort_line(conv, r.d, &effort);
     special(&r, TOK_BOS);
+    if (!r.d->system_token) text(&r, effort.data, effort.len);
     for (size_t i = 0; i < n; i++) {
         const chat_msg_t *m = msgs[i];
         const chat_msg_t *prev = i ? msgs[i - 1] : NULL;
-        if (i == 0) {
-            buf_t effort = {0};
-            effort_line(conv, r.d, &effort);
-            if (r.d->system_token && (effort.len || m->role == CHAT_SYSTEM)) special(&r, TOK_SYSTEM);
+        if (i == 0 && r.d->system_token) {
+            if (effort.len || m->role == CHAT_SYSTEM) special(&r, TOK_SYSTEM);
             text(&r, effort.data, effort.len);
-            buf_free(&effort);
         }
         switch (m->role) {
         case CHAT_SYSTEM:
@@ -407,7 +411,7 @@ void chat_render_conv(const chat_conv_t *conv, chat_prompt_t *p) {
             special(&r, TOK_REMINDER);
             text(&r, m->content.data, m->content.len);
             break;
-        case CHAT_ASSISTANT: assistant(&r, m, has_tools); break;
+        case CHAT_ASSISTANT: assistant(&r, m, has_tools, i == 0); break;
         }
     }
     if (!(n && msgs[n - 1]->role == CHAT_ASSISTANT && msgs[n - 1]->prefix)) {
@@ -419,6 +423,7 @@ void chat_render_conv(const chat_conv_t *conv, chat_prompt_t *p) {
             text_s(&r, ">\n");
         }
     }
+    buf_free(&effort);
     for (size_t i = 0; i < n_joined; i++) buf_free(&joined[i].content);
     free(joined);
     free(msgs);

@@ -596,13 +596,13 @@ static double resolve_top_p(const chat_conv_t *conv, double top_p, bool has_top_
 }
 
 static void output_options(chat_conv_t *conv, chat_prompt_t *p, double top_p, bool has_top_p) {
-    const chat_msg_t *last = &conv->msgs[conv->n_msgs - 1];
+    const chat_msg_t *last = conv->n_msgs ? &conv->msgs[conv->n_msgs - 1] : NULL;
     p->top_p = resolve_top_p(conv, top_p, has_top_p);
     p->thinking = conv->thinking;
     p->stage = CHAT_STAGE_NONE;
     if (conv->thinking) {
         p->stage = CHAT_STAGE_REASONING_START;
-        if (last->role == CHAT_ASSISTANT && last->prefix)
+        if (last && last->role == CHAT_ASSISTANT && last->prefix)
             p->stage = last->content.len ? CHAT_STAGE_CONTENT_CONTINUATION
                      : last->reasoning.len ? CHAT_STAGE_REASONING_CONTINUATION : CHAT_STAGE_REASONING_START;
     }

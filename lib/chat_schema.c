@@ -99,12 +99,28 @@ static bool has_anchor(const json_t *v, const char *name) {
     return false;
 }
 
-static int draft_of(const char *uri);
+/* The one remote schema a reference may name: the schema's own meta-schema, whole. */
+static bool is_own_meta_schema(const check_t *c, const char *ref) {
+    static const struct {
+        int draft;
+        const char *uri;
+    } canonical[] = {
+        {2020, "https://json-schema.org/draft/2020-12/schema"}, {2019, "https://json-schema.org/draft/2019-09/schema"},
+        {7, "http://json-schema.org/draft-07/schema"}, {6, "http://json-schema.org/draft-06/schema"},
+        {4, "http://json-schema.org/draft-04/schema"},
+    };
+    size_t n = strcspn(ref, "#");
+    if (ref[n] == '#' && ref[n + 1]) return false;
+    for (size_t i = 0; i < sizeof canonical / sizeof *canonical; i++)
+        if (canonical[i].draft == c->draft && strlen(canonical[i].uri) == n && !strncmp(ref, canonical[i].uri, n))
+            return true;
+    return false;
+}
 
 static bool ref_ok(check_t *c, const json_t *v) {
     const char *ref = json_string_value(v);
     if (*ref != '#') {
-        if (draft_of(ref)) return true; /* the meta-schemas are known without fetching */
+        if (!*ref || is_own_meta_schema(c, ref)) return true;
         return bad(c, "reference '%s' cannot be resolved (remote schemas are not fetched)", ref);
     }
     if (!ref[1] || ref[1] == '/') {

@@ -192,6 +192,10 @@ def gen_body(rng):
         if rng.random() < 0.6:
             a["reasoning_content"] = pick(TEXTS)
         msgs.append(a)
+    if rng.random() < 0.08 and len(msgs) > 1:
+        del msgs[0]  # conversations may start anywhere, an assistant message included
+    if rng.random() < 0.03:
+        msgs[:] = [{"role": "system", "content": ""}] + ([msgs[-1]] if msgs[-1].get("prefix") else [])
     if rng.random() < 0.2:
         body["response_format"] = pick([{"type": "text"}, {"type": "json_object"}, {"type": "regex", "regex": "[a-z]+"},
                                         {"type": "json_schema", "json_schema": {"name": "r", "schema": pick(PARAMS[1:])}}])
