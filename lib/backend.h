@@ -1,0 +1,138 @@
+/* The operations the model forward is written over, as a table of functions a backend fills
+ * (the CPU backend now, a CUDA backend later). The forward never touches tensor memory: it
+ * allocates tensors, uploads and downloads them, and calls these ops, so the same forward runs
+ * on device memory.
+ *
+ * Tensors are 2-D row-major fp32 or int32 arrays in the backend's memory. A view (bk_rows,
+ * bk_cols) is the same memory with an offset and a row stride (ld), so a column block of a
+ * wider tensor (one head group, one expert slot) is passed without copying. Weights stay in
+ * their storage format (wmat_t: F32/BF16/FP8 tiles/FP4 blocks) and are bound once; ops
+ * dequantize them on the fly (the CPU backend in tiles, never a full fp32 copy).
+ *
+ * Conventions: m is the number of token rows an op works on; row r of a token tensor belongs
+ * to absolute position pos0 + r. Every op computes each output row from its own input rows in
+ * a fixed order, so results do not depend on how many rows are batched or on the thread count
+ * (chunked prefill is bit-identical to one-shot). Index tensors use -1 for "no entry".
+ *
+ * The CPU backend computes in exact fp32 (fp32 storage and accumulation); tests/unit/
+ * test_backend_ops.c checks every op against a straightforward reference, and is the place a
+ * new backend is tested op by op against the CPU one. */
+#ifndef DI_BACKEND_H
+#define DI_BACKEND_H
+
+#include "dequant.h"
+#include "qat.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { BK_F32, BK_I32 } bk_dtype_t;
+
+typedef struct {
+    void *ptr;             /* backend memory; only the backend dereferences it */
+    bk_dtype_t dtype;
+    int64_t rows, cols, ld; /* ld >= cols: elements from one row start to the next */
+} bk_tensor_t;
+
+typedef struct bk_weight bk_weight_t; /* a bound weight matrix, backend-specific */
+
+typedef struct backend backend_t;
+
+/* Rows [r0, r0+n) and columns [c0, c0+n) of t (no copy). */
+static inline bk_tensor_t bk_rows(bk_tensor_t t, int64_t r0, int64_t n) {
+    t.ptr = (char *)t.ptr + (size_t)(r0 * t.ld) * 4;
+    t.rows = n;
+    return t;
+}
+static inline bk_tensor_t bk_cols(bk_tensor_t t, int64_t c0, int64_t n) {
+    t.ptr = (char *)t.ptr + (size_t)c0 * 4;
+    t.cols = n;
+    return t;
+}
+
+/* One routed or shared expert's three projections (MODEL_V41 §5.11). */
+typedef struct {
+    bk_weight_t *w1, *w2, *w3; /* [I, D], [D, I], [I, D] */
+} bk_expert_t;
+
+struct backend {
+    const char *name;
+    void *impl;
+
+    /* ---- memory ---- */
+    /* A zero-filled rows x cols tensor (ld = cols). Out of memory is fatal. */
+    bk_tensor_t (*alloc)(backend_t *bk, bk_dtype_t dtype, int64_t rows, int64_t cols);
+    void (*release)(backend_t *bk, bk_tensor_t *t);
+    /* Host <-> backend; host data is packed rows x cols (no ld). */
+    void (*upload)(backend_t *bk, bk_tensor_t dst, const void *host);
+    void (*download)(backend_t *bk, void *host, bk_tensor_t src);
+    void (*copy)(backend_t *bk, bk_tensor_t dst, bk_tensor_t src); /* same shape, no overlap */
+    /* Binds a stored weight for the ops (the wmat_t's memory must outlive the binding). */
+    bk_weight_t *(*bind)(backend_t *bk, const wmat_t *m);
+    void (*unbind)(backend_t *bk, bk_weight_t *w);
+    void (*destroy)(backend_t *bk);
+
+    /* ---- dense algebra ---- */
+    /* out[t][o] = sum_i x[t][i] * W[row0 + o][i], for out->cols rows of W from row0. */
+    void (*matmul)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
+    /* out = x / sqrt(mean(x^2) + eps) per row, times w (1 x cols) unless w is NULL. out may be x. */
+    void (*rmsnorm)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
+    /* In place: every head_dim-wide head of a row rotates its last 2*inv_freq->cols channels in
+     * adjacent pairs by angle (pos0 + r*pos_step) * f_p (fp32); inverse rotates by minus that. */
+    void (*rope)(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step,
+                 bool inverse);
+    /* In place fake quantization of each row in blocks (qat.h). */
+    void (*qat)(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
+
+    /* ---- hyper-connections (MODEL_V41 §5.3) ---- */
+    /* coef <- from mixes = fn . X (m x (2+hc)*hc) and X (m x hc*D): pre[hc], post[hc],
+     * C[hc][hc] with the Sinkhorn projection. coef may be mixes. */
+    void (*hc_mix)(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale,
+                   int hc, float eps, float hc_eps, int iters);
+    /* out = sum_k pre[k] * X_k, pre an m x hc view. */
+    void (*hc_collapse)(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
+    /* In place X_b <- post[b] * y + sum_a C[a][b] X_a, post and C from coef. */
+    void (*hc_expand)(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
+    /* X_k = e for every stream k. */
+    void (*hc_fill)(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
+
+    /* ---- embeddings and Engram (§5.1, §5.2) ---- */
+    /* out row t = concatenation of the dequantized rows idx[t][0..k) of table. */
+    void (*gather)(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tensor_t idx);
+    /* Engram write: kv = [K_0..K_{hc-1}, V] (m x (hc+1)*D), qk = q_weight * k_weight (hc x D);
+     * X_k += sigmoid(copysign(sqrt(max(|dot_k|,1e-6)), dot_k)) * V per stream. */
+    void (*engram_gate)(backend_t *bk, bk_tensor_t X, bk_tensor_t kv, bk_tensor_t qk, int hc, float eps);
+
+    /* ---- attention (§5.4-§5.9) ---- */
+    /* Ratio-r compressor pooling: out row j = sum over the r rows of group j of
+     * softmax_rows(s)[.][d] * z[.][d]; z and s are (rows of out * r) x d. */
+    void (*group_pool)(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s, int ratio);
+    /* Sparse attention with sink, K = V. Query r (position i = pos0 + r) attends to window
+     * positions max(win_lo, i - window + 1) .. i and to pool rows sel[r][*] (>= 0). Window rows
+     * of positions < pos0 come from ring (slot pos % ring->rows), the others from kv_new
+     * (row pos - pos0). q and out: m x heads*d; sink: 1 x heads. pool and sel may be NULL. */
+    void (*attention)(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
+                      bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                      const bk_tensor_t *sel);
+    /* Indexer (§5.7) for query rows at pos0 + r over keys (n_keys x di): entry j is visible
+     * when j < (pos + 1) / ratio; score I_j = sum_h relu(q_h . k_j) * q_scale * w[h] * w_scale.
+     * blocks_in (m x KB, or NULL): only entries of those candidate blocks compete. blocks_out
+     * (m x KB, or NULL: not a candidate source): block score = max of its visible entries, the
+     * newest visible block pinned, the top KB blocks with a finite score. sel (m x K) gets the
+     * top min(K, finite) entries. Ties go to the lower index; outputs ascending, -1 padded. */
+    void (*indexer_topk)(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
+                         bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                         float q_scale, float w_scale);
+
+    /* ---- mixture of experts (§5.11) ---- */
+    /* s = sqrt(softplus(logits / temp)); idx = top-k of s + bias (ties: lower index);
+     * wt = s[idx] (divided by their sum + 1e-20 when normalize) * scale. */
+    void (*router)(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
+                   bool normalize, float scale);
+    /* out = sum over slots of wt * expert_idx(x) + shared(x); expert(x) =
+     * w2 . (silu(min(w1.x, limit)) * clamp(w3.x, -limit, limit)) (no clamp when limit <= 0). */
+    void (*moe)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
+                int n_experts, const bk_expert_t *shared, float limit);
+};
+
+#endif
