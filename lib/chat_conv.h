@@ -5,6 +5,7 @@
 #define DI_CHAT_CONV_H
 
 #include "chat.h"
+#include "chat_fields.h"
 
 typedef enum { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL, CHAT_LATEST_REMINDER } chat_role_t;
 
@@ -15,8 +16,7 @@ typedef struct {
 typedef struct {
     chat_role_t role;
     buf_t content;
-    bool has_reasoning; /* assistant: reasoning_content present (possibly empty) */
-    buf_t reasoning;
+    buf_t reasoning;    /* assistant: reasoning_content */
     chat_call_t *calls; /* assistant */
     size_t n_calls;
     buf_t call_id;      /* tool: the call it answers */
@@ -46,8 +46,22 @@ typedef struct {
     chat_effort_t effort;
     chat_format_t format;
     json_t *schema; /* json_schema format: owned, as the request gave it */
-    buf_t regex;    /* regex format */
 } chat_conv_t;
+
+/* Conversion steps (chat_messages.c, chat_tools.c); each returns -1 with c's error set. */
+int chat_read_messages(chat_ctx_t *c, const json_t *list, chat_conv_t *conv);
+/* Reads the tool list; the checks that depend on tool_choice come in chat_resolve_tools. */
+int chat_read_tools(chat_ctx_t *c, const json_t *list, chat_conv_t *conv);
+/* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": ...}}.
+ * A named tool (its name in *named) will narrow the tools to that one and require a call. */
+int chat_read_tool_choice(chat_ctx_t *c, const json_t *v, chat_conv_t *conv, buf_t *named, bool *is_named);
+/* With tool_choice none the tools are dropped unchecked. Otherwise names must be unique and
+ * every schema valid; a named choice keeps its tool only; strict and non-strict tools may not
+ * be mixed. */
+int chat_resolve_tools(chat_ctx_t *c, chat_conv_t *conv, const buf_t *named, bool is_named);
+void chat_drop_tools(chat_conv_t *conv);
+/* Sets conv->format (and schema) and the output constraint it asks for. */
+int chat_read_response_format(chat_ctx_t *c, const json_t *v, chat_conv_t *conv, chat_prompt_t *p);
 
 /* Renders conv into p->text / p->special (p->model is set from conv). */
 void chat_render_conv(const chat_conv_t *conv, chat_prompt_t *p);
