@@ -1,10 +1,10 @@
 /* Conversation -> prompt text with special-token spans, the DeepSeek V4 / V4.1 template.
  *
- * Layout: BOS, then each message, then "<｜Assistant｜>" and "<think>" (thinking) or
- * "</think>" for the turn to generate. The first message carries the reasoning-effort line
- * and, when tools or a response schema are given, a system message is put first to hold the
- * tool prompt and the schema. V4.1 marks every system message with <｜System｜> and keeps it
- * in place; V4 has no system token and gathers all system text at the start. */
+ * Layout: BOS, the reasoning-effort line (thinking mode), each message, then "<｜Assistant｜>"
+ * and "<think>" (thinking) or "</think>" for the turn to generate. When tools or a response
+ * schema are given, a system message is put first to hold the tool prompt and the schema.
+ * V4.1 marks every system message with <｜System｜> and keeps it in place; V4 has no system
+ * token and gathers all system text at the start. */
 #include "chat_conv.h"
 #include "chat_json.h"
 
@@ -36,12 +36,10 @@ typedef struct {
     bool merge_users;                       /* V4: consecutive user messages become one */
     bool args_newline_after_each;           /* V4: "\n" after every parameter, V4.1: between */
     chat_json_style_t json;                 /* JSON in the prompt */
-    const char *json_object_format;         /* what response_format json_object adds */
+    const char *json_object_format;         /* json_object's text, NULL: a schema {"type": "json_object"} */
 } dialect_t;
 
-static const dialect_t V41 = {" calls", " invoke", " parameter", true, false, false, CHAT_JSON_PYTHON,
-                              "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to "
-                              "reply:\n{\"type\": \"json_object\"}"};
+static const dialect_t V41 = {" calls", " invoke", " parameter", true, false, false, CHAT_JSON_PYTHON, NULL};
 static const dialect_t V4 = {"tool_calls", "invoke", "parameter", false, true, true, CHAT_JSON_SPACED,
                              "\n\nYou are a helpful assistant designed to output JSON.\n## Response Format:\n\n"
                              "Reply with JSON object ONLY."};
@@ -96,7 +94,6 @@ typedef struct {
 } renderer_t;
 
 static void text(renderer_t *r, const void *s, size_t n) { buf_append(&r->p->text, s, n); }
-static json_t *json_buf(const buf_t *b) { return json_stringn(b->len ? (const char *)b->data : "", b->len); }
 static void text_s(renderer_t *r, const char *s) { buf_puts(&r->p->text, s); }
 
 static void special(renderer_t *r, const char *tok) {
@@ -135,8 +132,8 @@ static void tool_schemas(renderer_t *r) {
     for (size_t i = 0; i < r->conv->n_tools; i++) {
         const chat_tool_t *t = &r->conv->tools[i];
         json_t *o = json_object();
-        json_object_set_new(o, "name", json_buf(&t->name));
-        json_object_set_new(o, "description", json_buf(&t->description));
+        json_object_set_new(o, "name", chat_json_buf(&t->name));
+        json_object_set_new(o, "description", chat_json_buf(&t->description));
         json_object_set(o, "parameters", t->parameters ? t->parameters : json_null());
         if (i) text_s(r, "\n");
         chat_json_write(&r->p->text, o, r->d->json);
@@ -145,36 +142,39 @@ static void tool_schemas(renderer_t *r) {
 }
 
 static void tool_prompt(renderer_t *r) {
-    static const struct { const char *mark; int kind; } marks[] = {
-        {"{D}", 0}, {"{C}", 1}, {"{I}", 2}, {"{P}", 3}, {"{T}", 4}, {"{/T}", 5}, {"{S}", 6},
+    const struct {
+        const char *mark, *token, *text; /* neither token nor text: the tool schemas */
+    } marks[] = {
+        {"{D}", TOK_DSML, NULL}, {"{T}", TOK_THINK, NULL}, {"{/T}", TOK_UNTHINK, NULL}, {"{C}", NULL, r->d->calls},
+        {"{I}", NULL, r->d->invoke}, {"{P}", NULL, r->d->parameter}, {"{S}", NULL, NULL},
     };
-    const char *s = TOOL_PROMPT;
-    while (*s) {
-        const char *brace = strchr(s, '{');
-        if (!brace) brace = s + strlen(s);
-        text(r, s, (size_t)(brace - s));
-        s = brace;
+    for (const char *s = TOOL_PROMPT; *s;) {
+        size_t plain = strcspn(s, "{");
+        text(r, s, plain);
+        s += plain;
         if (!*s) break;
-        int kind = -1;
-        for (size_t m = 0; m < DI_ARRAY_LEN(marks); m++) {
-            size_t len = strlen(marks[m].mark);
-            if (!strncmp(s, marks[m].mark, len)) {
-                kind = marks[m].kind;
-                s += len;
-                break;
-            }
+        size_t m = 0;
+        while (m < DI_ARRAY_LEN(marks) && strncmp(s, marks[m].mark, strlen(marks[m].mark))) m++;
+        if (m == DI_ARRAY_LEN(marks)) {
+            text(r, s++, 1); /* a brace that is no mark */
+            continue;
         }
-        switch (kind) {
-        case 0: special(r, TOK_DSML); break;
-        case 1: text_s(r, r->d->calls); break;
-        case 2: text_s(r, r->d->invoke); break;
-        case 3: text_s(r, r->d->parameter); break;
-        case 4: special(r, TOK_THINK); break;
-        case 5: special(r, TOK_UNTHINK); break;
-        case 6: tool_schemas(r); break;
-        default: text(r, s++, 1); /* a literal brace */
-        }
+        if (marks[m].token) special(r, marks[m].token);
+        else if (marks[m].text) text_s(r, marks[m].text);
+        else tool_schemas(r);
+        s += strlen(marks[m].mark);
     }
+}
+
+static void response_format(renderer_t *r) {
+    const chat_conv_t *c = r->conv;
+    if (c->format == CHAT_FORMAT_JSON_OBJECT && r->d->json_object_format) {
+        text_s(r, r->d->json_object_format);
+        return;
+    }
+    text_s(r, FORMAT_HEADER);
+    if (c->format == CHAT_FORMAT_JSON_OBJECT) text_s(r, "{\"type\": \"json_object\"}");
+    else chat_json_write(&r->p->text, c->schema, r->d->json);
 }
 
 /* "<｜DSML｜" + name: the opening of a DSML tag, '<' or "</" already written. */
@@ -194,7 +194,7 @@ static void tool_arguments(renderer_t *r, const chat_call_t *c) {
     bool first = true;
     /* A call whose arguments are not a JSON object passes them on as one string. */
     json_t *fallback = object ? NULL : json_object();
-    if (fallback) json_object_set_new(fallback, "arguments", json_buf(&c->arguments));
+    if (fallback) json_object_set_new(fallback, "arguments", chat_json_buf(&c->arguments));
     json_object_foreach(object ? args : fallback, key, value) {
         if (!first && !r->d->args_newline_after_each) text_s(r, "\n");
         first = false;
@@ -283,10 +283,8 @@ static void join_text(buf_t *to, const buf_t *text) {
 }
 
 static size_t call_position(const chat_msg_t *caller, const buf_t *id) {
-    for (size_t k = 0; k < caller->n_calls; k++) {
-        const buf_t *c = &caller->calls[k].id;
-        if (c->len == id->len && !memcmp(c->data, id->data, id->len)) return k;
-    }
+    for (size_t k = 0; k < caller->n_calls; k++)
+        if (chat_same(&caller->calls[k].id, id)) return k;
     return 0; /* an unknown id sorts with the first call */
 }
 
@@ -393,11 +391,7 @@ void chat_render_conv(const chat_conv_t *conv, chat_prompt_t *p) {
                 text_s(&r, "\n\n");
                 tool_prompt(&r);
             }
-            if (i == 0 && conv->format == CHAT_FORMAT_JSON_OBJECT) text_s(&r, r.d->json_object_format);
-            if (i == 0 && conv->format == CHAT_FORMAT_JSON_SCHEMA) {
-                text_s(&r, FORMAT_HEADER);
-                chat_json_write(&p->text, conv->schema, r.d->json);
-            }
+            if (i == 0 && has_format) response_format(&r);
             break;
         case CHAT_USER:
         case CHAT_TOOL:
