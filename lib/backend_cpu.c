@@ -31,9 +31,10 @@ static void rows_run(void *p, int64_t r0, int64_t r1, int worker) {
     for (int64_t r = r0; r < r1; r++) j->fn(j->args, r, worker);
 }
 
-static void for_rows(backend_t *bk, int64_t m, int64_t grain, row_fn fn, const void *args) {
+/* work: about the multiply-adds of one row */
+static void for_rows(backend_t *bk, int64_t m, int64_t work, row_fn fn, const void *args) {
     rows_job_t j = {fn, args};
-    tp_for(cpu_of(bk)->tp, m, grain, rows_run, &j);
+    tp_for(cpu_of(bk)->tp, m, cpu_grain(work), rows_run, &j);
 }
 
 /* ---- memory ----------------------------------------------------------------------------- */
@@ -109,7 +110,7 @@ static void norm_row(const void *p, int64_t r, int worker) {
 
 static void cpu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps) {
     norm_args_t a = {out, x, w, eps};
-    for_rows(bk, x.rows, 4, norm_row, &a);
+    for_rows(bk, x.rows, 2 * x.cols, norm_row, &a);
 }
 
 /* ---- rope ------------------------------------------------------------------------------- */
@@ -146,7 +147,7 @@ static void rope_row(const void *p, int64_t r, int worker) {
 static void cpu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step,
                      bool inverse) {
     rope_args_t a = {cpu_of(bk), x, inv_freq, head_dim, pos0, pos_step, inverse};
-    for_rows(bk, x.rows, 8, rope_row, &a);
+    for_rows(bk, x.rows, 2 * x.cols, rope_row, &a);
 }
 
 /* ---- qat -------------------------------------------------------------------------------- */
@@ -164,7 +165,7 @@ static void qat_row(const void *p, int64_t r, int worker) {
 
 static void cpu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block) {
     qat_args_t a = {x, kind, block};
-    for_rows(bk, x.rows, 8, qat_row, &a);
+    for_rows(bk, x.rows, 8 * x.cols, qat_row, &a);
 }
 
 /* ---- hyper-connections ------------------------------------------------------------------ */
@@ -219,7 +220,7 @@ static void mix_row(const void *p, int64_t r, int worker) {
 static void cpu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale,
                        int hc, float eps, float hc_eps, int iters) {
     mix_args_t a = {coef, mixes, X, base, scale, hc, iters, eps, hc_eps};
-    for_rows(bk, X.rows, 4, mix_row, &a);
+    for_rows(bk, X.rows, X.cols + 64 * hc * hc * iters, mix_row, &a);
 }
 
 typedef struct {
@@ -243,7 +244,7 @@ static void collapse_row(const void *p, int64_t r, int worker) {
 
 static void cpu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc) {
     hc_args_t a = {.out = out, .X = X, .pre = pre, .hc = hc};
-    for_rows(bk, X.rows, 4, collapse_row, &a);
+    for_rows(bk, X.rows, X.cols, collapse_row, &a);
 }
 
 static void expand_row(const void *p, int64_t r, int worker) {
@@ -264,7 +265,7 @@ static void expand_row(const void *p, int64_t r, int worker) {
 
 static void cpu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc) {
     hc_args_t a = {.c = cpu_of(bk), .X = X, .y = y, .coef = coef, .hc = hc};
-    for_rows(bk, X.rows, 4, expand_row, &a);
+    for_rows(bk, X.rows, X.cols * (hc + 1), expand_row, &a);
 }
 
 static void fill_row(const void *p, int64_t r, int worker) {
@@ -276,7 +277,7 @@ static void fill_row(const void *p, int64_t r, int worker) {
 
 static void cpu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc) {
     hc_args_t a = {.X = X, .y = e, .hc = hc};
-    for_rows(bk, X.rows, 16, fill_row, &a);
+    for_rows(bk, X.rows, X.cols, fill_row, &a);
 }
 
 /* ---- Engram gate -------------------------------------------------------------------------- */
@@ -311,7 +312,7 @@ static void engram_row(const void *p, int64_t r, int worker) {
 
 static void cpu_engram_gate(backend_t *bk, bk_tensor_t X, bk_tensor_t kv, bk_tensor_t qk, int hc, float eps) {
     eg_args_t a = {X, kv, qk, hc, eps};
-    for_rows(bk, X.rows, 2, engram_row, &a);
+    for_rows(bk, X.rows, 4 * X.cols, engram_row, &a);
 }
 
 /* ---- compressor pooling ------------------------------------------------------------------- */
@@ -337,7 +338,7 @@ static void pool_row(const void *p, int64_t j, int worker) {
 
 static void cpu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s, int ratio) {
     pool_args_t a = {cpu_of(bk), out, z, s, ratio};
-    for_rows(bk, out.rows, 4, pool_row, &a);
+    for_rows(bk, out.rows, 8 * out.cols * ratio, pool_row, &a);
 }
 
 backend_t *backend_cpu_create(int threads) {

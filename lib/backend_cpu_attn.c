@@ -60,7 +60,8 @@ void cpu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t si
                    const bk_tensor_t *sel) {
     attn_job_t j = {cpu_of(bk), out, q, sink, ring, kv_new, pool, sel, scale, pos0, win_lo, window,
                     (int)(q.cols / kv_new.cols)};
-    tp_for(j.c->tp, q.rows * j.heads, 1, attn_tasks, &j);
+    int64_t keys = window + (sel ? sel->cols : 0);
+    tp_for(j.c->tp, q.rows * j.heads, cpu_grain(2 * keys * kv_new.cols), attn_tasks, &j);
 }
 
 /* ---- top-k with ties to the lower index ------------------------------------------------ */
@@ -175,5 +176,6 @@ void cpu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
                       bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
                       float q_scale, float w_scale) {
     idx_job_t j = {cpu_of(bk), sel, q, w, keys, blocks_out, blocks_in, pos0, ratio, block_size, q_scale, w_scale};
-    tp_for(j.c->tp, sel.rows, 1, idx_rows, &j);
+    int64_t visible = keys.rows < (pos0 + sel.rows) / ratio ? keys.rows : (pos0 + sel.rows) / ratio;
+    tp_for(j.c->tp, sel.rows, cpu_grain(visible * q.cols + 1), idx_rows, &j);
 }

@@ -24,6 +24,13 @@ typedef struct {
 
 static inline cpu_t *cpu_of(backend_t *bk) { return bk->impl; }
 
+/* Items per thread for tp_for so that a part holds at least ~32K multiply-adds: smaller
+ * loops run on the caller alone (waking a thread costs about as much). */
+static inline int64_t cpu_grain(int64_t work_per_item) {
+    int64_t g = ((int64_t)1 << 15) / (work_per_item > 0 ? work_per_item : 1);
+    return g < 1 ? 1 : g;
+}
+
 /* A worker's scratch buffer of at least n floats (kept between calls). */
 float *cpu_scratch(cpu_t *c, int worker, int slot, size_t n);
 

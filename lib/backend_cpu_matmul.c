@@ -65,7 +65,7 @@ void cpu_matmul(cpu_t *c, float *out, int64_t ldo, const float *x, int64_t ldx, 
     tile = tile < 4 ? 4 : tile > 64 ? 64 : tile;
     mm_job_t j = {c, out, ldo, x, ldx, m, w, row0, n_out, tile, (m + ROW_BLOCK - 1) / ROW_BLOCK};
     int64_t tiles = (n_out + tile - 1) / tile;
-    tp_for(c->tp, tiles * j.row_blocks, 1, mm_tasks, &j);
+    tp_for(c->tp, tiles * j.row_blocks, cpu_grain((m < ROW_BLOCK ? m : ROW_BLOCK) * tile * w->cols), mm_tasks, &j);
 }
 
 void cpu_matmul_op(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0) {
@@ -92,5 +92,5 @@ static void gather_rows(void *p, int64_t r0, int64_t r1, int worker) {
 
 void cpu_gather(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tensor_t idx) {
     gather_job_t j = {out, idx, &table->m};
-    tp_for(cpu_of(bk)->tp, out.rows, 8, gather_rows, &j);
+    tp_for(cpu_of(bk)->tp, out.rows, cpu_grain(out.cols), gather_rows, &j);
 }

@@ -51,7 +51,7 @@ static void router_rows(void *p, int64_t r0, int64_t r1, int worker) {
 void cpu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                 bool normalize, float scale) {
     router_job_t j = {idx, wt, logits, bias, temp, scale, normalize};
-    tp_for(cpu_of(bk)->tp, logits.rows, 4, router_rows, &j);
+    tp_for(cpu_of(bk)->tp, logits.rows, cpu_grain(logits.cols * idx.cols * 4), router_rows, &j);
 }
 
 /* One expert on n gathered rows: y = w2 . (act(w1 x, w3 x) * weight). */

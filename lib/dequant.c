@@ -2,6 +2,7 @@
 #include "dequant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
@@ -16,12 +17,19 @@ float bf16_to_f32(uint16_t h) {
 }
 
 float e4m3_to_f32(uint8_t b) {
-    int e = (b >> 3) & 15, m = b & 7;
+    uint32_t e = (b >> 3) & 15, m = b & 7, sign = (uint32_t)(b & 0x80) << 24;
+    if (e == 15 && m == 7) return (b & 0x80) ? -NAN : NAN;
     float v;
-    if (e == 15 && m == 7) v = NAN;
-    else if (e == 0) v = ldexpf((float)m, -9);
-    else v = ldexpf((float)(8 + m), e - 10);
-    return (b & 0x80) ? -v : v;
+    if (e == 0) v = (float)m * 0x1p-9f;
+    else { /* built from the bits: ldexpf per element dominated weight dequantization */
+        uint32_t u = (e - 7 + 127) << 23 | m << 20;
+        memcpy(&v, &u, 4);
+    }
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u |= sign;
+    memcpy(&v, &u, 4);
+    return v;
 }
 
 float e2m1_to_f32(uint8_t code) {
@@ -29,7 +37,13 @@ float e2m1_to_f32(uint8_t code) {
     return (code & 8) ? -v : v;
 }
 
-float e8m0_to_f32(uint8_t b) { return b == 255 ? NAN : ldexpf(1.0f, (int)b - 127); }
+float e8m0_to_f32(uint8_t b) {
+    if (b == 255) return NAN;
+    uint32_t u = b ? (uint32_t)b << 23 : 0x00400000u; /* 2^-127 is subnormal */
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
 
 uint16_t f32_to_bf16(float x) {
     uint32_t u;
@@ -79,7 +93,17 @@ static float scale_at(const wmat_t *m, int64_t sr, int64_t sc) {
     return f;
 }
 
+/* Decode tables for the hot loop below (per-element decoding dominated the CPU forward). */
+static float e4m3_lut[256], e2m1_lut[16];
+static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
+
+static void lut_init(void) {
+    for (int b = 0; b < 256; b++) e4m3_lut[b] = e4m3_to_f32((uint8_t)b);
+    for (int b = 0; b < 16; b++) e2m1_lut[b] = e2m1_to_f32((uint8_t)b);
+}
+
 void wmat_rows(const wmat_t *m, int64_t r0, int64_t n, float *out) {
+    pthread_once(&lut_once, lut_init);
     int64_t cols = m->cols;
     switch (m->kind) {
     case WQ_F32:
@@ -101,9 +125,9 @@ void wmat_rows(const wmat_t *m, int64_t r0, int64_t n, float *out) {
                 float s = scale_at(m, r / m->block_rows, c0 / m->block_cols);
                 int64_t c1 = c0 + m->block_cols < cols ? c0 + m->block_cols : cols;
                 if (m->kind == WQ_FP8)
-                    for (int64_t c = c0; c < c1; c++) out[c] = e4m3_to_f32(row[c]) * s;
+                    for (int64_t c = c0; c < c1; c++) out[c] = e4m3_lut[row[c]] * s;
                 else
-                    for (int64_t c = c0; c < c1; c++) out[c] = e2m1_to_f32((uint8_t)(row[c >> 1] >> (4 * (c & 1)))) * s;
+                    for (int64_t c = c0; c < c1; c++) out[c] = e2m1_lut[(row[c >> 1] >> (4 * (c & 1))) & 15] * s;
             }
         }
         return;
