@@ -1,0 +1,653 @@
+/* Every backend op against a straightforward reference (double precision, written from
+ * backend.h and MODEL_V41.md, not from the CPU backend) on random inputs whose sizes are not
+ * multiples of any tile or block; plus the properties the forward relies on: a row's result
+ * does not depend on the rows batched with it or on the thread count. A new backend (CUDA) is
+ * checked op by op by running these cases against it. */
+#include "backend_cpu.h"
+#include "testlib.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static backend_t *bk, *bk1; /* 3 threads; 1 thread */
+
+/* ---- random data ------------------------------------------------------------------------- */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float unif(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); } /* [-1, 1) */
+static float *rand_vec(size_t n, float scale) {
+    float *v = xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) v[i] = unif() * scale;
+    return v;
+}
+
+static bk_tensor_t put(backend_t *b, const float *v, int64_t rows, int64_t cols) {
+    bk_tensor_t t = b->alloc(b, BK_F32, rows, cols);
+    b->upload(b, t, v);
+    return t;
+}
+static bk_tensor_t put_i(backend_t *b, const int32_t *v, int64_t rows, int64_t cols) {
+    bk_tensor_t t = b->alloc(b, BK_I32, rows, cols);
+    b->upload(b, t, v);
+    return t;
+}
+static float *get(backend_t *b, bk_tensor_t t) {
+    float *v = xmalloc((size_t)(t.rows * t.cols) * 4 + 4);
+    b->download(b, v, t);
+    return v;
+}
+
+/* max |a - ref| / max |ref|, over n values */
+static double rel_err(const float *a, const double *ref, size_t n) {
+    double d = 0, s = 1e-30;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs(a[i] - ref[i])), s = fmax(s, fabs(ref[i]));
+    return d / s;
+}
+
+#define TOL 2e-5
+
+/* ---- stored weights in every format ------------------------------------------------------- */
+typedef struct {
+    wmat_t m;
+    uint8_t *data, *scale;
+    float *dense; /* dequantized, for the references */
+} weight_t;
+
+static weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols) {
+    weight_t w = {.m = {.kind = kind, .rows = rows, .cols = cols, .block_rows = 1, .block_cols = 32}};
+    size_t n = (size_t)(rows * cols);
+    if (kind == WQ_F32 || kind == WQ_BF16) {
+        float *v = rand_vec(n, 0.5f);
+        w.data = xmalloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            if (kind == WQ_F32) memcpy(w.data + 4 * i, &v[i], 4);
+            else {
+                uint16_t h = f32_to_bf16(v[i]);
+                memcpy(w.data + 2 * i, &h, 2);
+            }
+        }
+        free(v);
+    } else {
+        if (kind == WQ_FP8) w.m.block_rows = 32;
+        size_t row_bytes = kind == WQ_FP8 ? (size_t)cols : (size_t)(cols + 1) / 2, ns = wmat_scale_count(rows, cols, w.m.block_rows, 32);
+        w.data = xmalloc(row_bytes * (size_t)rows);
+        for (size_t i = 0; i < row_bytes * (size_t)rows; i++) {
+            uint8_t b = (uint8_t)rnd();
+            w.data[i] = kind == WQ_FP8 && (b & 0x7F) == 0x7F ? b ^ 1 : b; /* no NaN codes */
+        }
+        w.scale = xmalloc(ns);
+        for (size_t i = 0; i < ns; i++) w.scale[i] = (uint8_t)(120 + rnd() % 8);
+    }
+    w.m.data = w.data;
+    w.m.scale = w.scale;
+    w.dense = xmalloc(n * 4);
+    wmat_rows(&w.m, 0, rows, w.dense);
+    return w;
+}
+
+static void free_weight(weight_t *w) { free(w->data), free(w->scale), free(w->dense); }
+
+/* ---- matmul ------------------------------------------------------------------------------ */
+static void test_matmul(void) {
+    wq_kind_t kinds[] = {WQ_F32, WQ_BF16, WQ_FP8, WQ_FP4};
+    for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
+        int64_t R = 77, C = 45, m = 70, row0 = 13, n_out = 50;
+        weight_t w = make_weight(kinds[k], R, C);
+        bk_weight_t *bw = bk->bind(bk, &w.m), *bw1 = bk1->bind(bk1, &w.m);
+        float *x = rand_vec((size_t)(m * C), 1.0f);
+        bk_tensor_t tx = put(bk, x, m, C), out = bk->alloc(bk, BK_F32, m, n_out);
+        bk->matmul(bk, out, tx, bw, row0);
+        float *got = get(bk, out);
+        double *ref = xmalloc((size_t)(m * n_out) * 8);
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t o = 0; o < n_out; o++) {
+                double s = 0;
+                for (int64_t i = 0; i < C; i++) s += (double)x[t * C + i] * w.dense[(row0 + o) * C + i];
+                ref[t * n_out + o] = s;
+            }
+        CHECKF(rel_err(got, ref, (size_t)(m * n_out)) < TOL, "kind %d: %.3g", kinds[k], rel_err(got, ref, (size_t)(m * n_out)));
+        /* one row at a time, into a column view, on one thread: the same bits */
+        bk_tensor_t wide = bk1->alloc(bk1, BK_F32, 1, n_out + 7), tx1 = put(bk1, x + 3 * C, 1, C);
+        bk1->matmul(bk1, bk_cols(wide, 5, n_out), tx1, bw1, row0);
+        float *one = get(bk1, wide);
+        CHECK(!memcmp(one + 5, got + 3 * n_out, (size_t)n_out * 4));
+        bk->release(bk, &tx), bk->release(bk, &out), bk1->release(bk1, &wide), bk1->release(bk1, &tx1);
+        bk->unbind(bk, bw), bk1->unbind(bk1, bw1);
+        free(x), free(got), free(ref), free(one);
+        free_weight(&w);
+    }
+}
+
+static void test_gather(void) {
+    weight_t w = make_weight(WQ_FP8, 50, 37);
+    bk_weight_t *bw = bk->bind(bk, &w.m);
+    int32_t idx[4 * 3] = {0, 49, 7, 3, 3, 3, 12, -1, 50, 22, 41, 1};
+    bk_tensor_t ti = put_i(bk, idx, 4, 3), out = bk->alloc(bk, BK_F32, 4, 3 * 37);
+    bk->gather(bk, out, bw, ti);
+    float *got = get(bk, out);
+    int bad = 0;
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 3; k++)
+            for (int c = 0; c < 37; c++) {
+                int id = idx[r * 3 + k];
+                float want = id >= 0 && id < 50 ? w.dense[id * 37 + c] : 0.0f;
+                bad += got[(r * 3 + k) * 37 + c] != want;
+            }
+    CHECK_EQ(bad, 0);
+    bk->release(bk, &ti), bk->release(bk, &out), bk->unbind(bk, bw);
+    free(got);
+    free_weight(&w);
+}
+
+/* ---- row-wise ops ------------------------------------------------------------------------- */
+static void test_rmsnorm(void) {
+    int64_t m = 7, n = 45;
+    float *x = rand_vec((size_t)(m * n), 3.0f), *w = rand_vec((size_t)n, 1.0f);
+    bk_tensor_t tx = put(bk, x, m, n), tw = put(bk, w, 1, n), out = bk->alloc(bk, BK_F32, m, n);
+    for (int with = 0; with < 2; with++) {
+        bk->rmsnorm(bk, out, tx, with ? &tw : NULL, 1e-20f);
+        float *got = get(bk, out);
+        double ref[7 * 45];
+        for (int64_t r = 0; r < m; r++) {
+            double ss = 0;
+            for (int64_t i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+            for (int64_t i = 0; i < n; i++) ref[r * n + i] = x[r * n + i] / sqrt(ss / n + 1e-20) * (with ? w[i] : 1.0);
+        }
+        CHECK(rel_err(got, ref, (size_t)(m * n)) < TOL);
+        free(got);
+    }
+    bk->rmsnorm(bk, tx, tx, &tw, 1e-20f); /* in place */
+    float *inplace = get(bk, tx), *sep = get(bk, out);
+    CHECK(!memcmp(inplace, sep, (size_t)(m * n) * 4));
+    bk->release(bk, &tx), bk->release(bk, &tw), bk->release(bk, &out);
+    free(x), free(w), free(inplace), free(sep);
+}
+
+static void test_rope(void) {
+    int64_t m = 5, hd = 40, heads = 3, half = 8;
+    float *x = rand_vec((size_t)(m * heads * hd), 1.0f), f[8];
+    for (int p = 0; p < half; p++) f[p] = powf(0.37f, (float)p);
+    bk_tensor_t tx = put(bk, x, m, heads * hd), tf = put(bk, f, 1, half);
+    bk->rope(bk, tx, (int)hd, tf, 1000, 3, false);
+    float *got = get(bk, tx);
+    double *ref = xmalloc((size_t)(m * heads * hd) * 8);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t c = 0; c < hd; c++) {
+                const float *v = x + r * heads * hd + h * hd;
+                int64_t k = c - (hd - 2 * half);
+                double out = v[c];
+                if (k >= 0) {
+                    double ang = (double)((float)(1000 + 3 * r) * f[k / 2]), cs = cos(ang), sn = sin(ang);
+                    double e = v[c - (k & 1)], o = v[c - (k & 1) + 1];
+                    out = k & 1 ? e * sn + o * cs : e * cs - o * sn;
+                }
+                ref[(r * heads + h) * hd + c] = out;
+            }
+    CHECK(rel_err(got, ref, (size_t)(m * heads * hd)) < TOL);
+    bk->rope(bk, tx, (int)hd, tf, 1000, 3, true); /* the inverse undoes it */
+    float *back = get(bk, tx);
+    double *orig = xmalloc((size_t)(m * heads * hd) * 8);
+    for (int64_t i = 0; i < m * heads * hd; i++) orig[i] = x[i];
+    CHECK(rel_err(back, orig, (size_t)(m * heads * hd)) < 1e-6);
+    bk->release(bk, &tx), bk->release(bk, &tf);
+    free(x), free(got), free(ref), free(back), free(orig);
+}
+
+/* QAT written from MODEL_V41 §4 in double: the grids by nearest value, ties to the even code. */
+static double e4m3_round(double v) {
+    double a = fabs(v);
+    int e;
+    frexp(a, &e);
+    double q = ldexp(1.0, (e - 1 < -6 ? -6 : e - 1) - 3), u = a / q, fl = floor(u);
+    double r = u - fl > 0.5 || (u - fl == 0.5 && fmod(fl, 2) != 0) ? fl + 1 : fl;
+    return copysign(fmin(r * q, 448.0), v);
+}
+static double e2m1_round(double v) {
+    static const double vals[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    double a = fabs(v), best = 0;
+    int bi = 0;
+    for (int i = 0; i < 8; i++)
+        if (fabs(a - vals[i]) < fabs(a - best) || (fabs(a - vals[i]) == fabs(a - best) && !(i & 1) && (bi & 1))) best = vals[i], bi = i;
+    return copysign(best, v);
+}
+static double pow2_ceil(double t) { return ldexp(1.0, (int)ceil(log2(t))); }
+
+static void qat_ref(qat_kind_t kind, int block, const float *x, double *out, int n) {
+    for (int b = 0; b < n; b += block) {
+        double amax = 0;
+        for (int i = 0; i < block; i++) amax = fmax(amax, fabs(x[b + i]));
+        double s = kind == QAT_FP8_UE8M0 ? pow2_ceil(fmax(amax, 1e-4) / 448) : kind == QAT_FP4_UE8M0 ? pow2_ceil(fmax(amax, 6 * 0x1p-126) / 6)
+                 : e4m3_round(fmax(amax, 6 * 0x1p-9) / 6);
+        for (int i = 0; i < block; i++) {
+            double q = x[b + i] / s;
+            if (kind == QAT_FP8_UE8M0) out[b + i] = e4m3_round(fmax(fmin(q, 448), -448)) * s;
+            else {
+                float qf = (float)x[b + i] / (float)s; /* the division is fp32 in the contract */
+                out[b + i] = e2m1_round(fmax(fmin(qf, 6), -6)) * s;
+            }
+        }
+    }
+}
+
+static void test_qat(void) {
+    struct {
+        qat_kind_t kind;
+        int block;
+    } kinds[] = {{QAT_FP8_UE8M0, 32}, {QAT_FP4_UE8M0, 32}, {QAT_FP4_E4M3, 16}};
+    for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
+        int m = 6, n = 96;
+        float *x = rand_vec((size_t)(m * n), 1.0f);
+        for (int i = 0; i < n; i++) x[n + i] *= 1e-6f;          /* below the amax clamps */
+        for (int i = 0; i < 32; i++) x[2 * n + i] = 0.0f;       /* an all-zero block */
+        for (int i = 0; i < n; i++) x[3 * n + i] *= 3000.0f;    /* large */
+        /* exact ties: amax 6 (FP4) or 448 (FP8) makes the scale 1 */
+        static const float fp4_ties[] = {6, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -0.75f, -5.0f};
+        static const float fp8_ties[] = {448, 1.0625f, 1.1875f, 0.01171875f, -1.0625f, 240.0f, 0x1p-10f, 3 * 0x1p-10f, 0x1p-9f};
+        const float *ties = kinds[k].kind == QAT_FP8_UE8M0 ? fp8_ties : fp4_ties;
+        size_t nt = kinds[k].kind == QAT_FP8_UE8M0 ? DI_ARRAY_LEN(fp8_ties) : DI_ARRAY_LEN(fp4_ties);
+        for (size_t i = 0; i < (size_t)kinds[k].block; i++) x[4 * n + i] = i < nt ? ties[i] : 0.0f;
+        bk_tensor_t t = put(bk, x, m, n);
+        bk->qat(bk, t, kinds[k].kind, kinds[k].block);
+        float *got = get(bk, t);
+        double *ref = xmalloc((size_t)(m * n) * 8);
+        qat_ref(kinds[k].kind, kinds[k].block, x, ref, m * n);
+        int bad = 0;
+        for (int i = 0; i < m * n; i++) bad += got[i] != (float)ref[i];
+        CHECKF(bad == 0, "qat kind %d: %d values differ from the reference", kinds[k].kind, bad);
+        /* quantizing twice changes nothing (what makes the packed state lossless) */
+        bk->qat(bk, t, kinds[k].kind, kinds[k].block);
+        float *again = get(bk, t);
+        CHECK(!memcmp(again, got, (size_t)(m * n) * 4));
+        bk->release(bk, &t);
+        free(x), free(got), free(ref), free(again);
+    }
+    /* tie expectations spelled out */
+    float v[16] = {6, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    qat_apply(QAT_FP4_E4M3, 16, v, 16);
+    CHECK(v[1] == 0 && v[2] == 1 && v[3] == 1 && v[4] == 2 && v[5] == 2 && v[6] == 4 && v[7] == 4);
+}
+
+/* ---- hyper-connections --------------------------------------------------------------------- */
+static void hc_case(int iters) {
+    int hc = 4, D = 37, nm = (2 + hc) * hc, m = 3;
+    float *X = rand_vec((size_t)(m * hc * D), 2.0f), *mixes = rand_vec((size_t)(m * nm), 5.0f);
+    float *base = rand_vec((size_t)nm, 0.5f), *scale = rand_vec(3, 1.0f);
+    float eps = 1e-20f, he = 1e-6f;
+    bk_tensor_t tX = put(bk, X, m, hc * D), tm = put(bk, mixes, m, nm), tb = put(bk, base, 1, nm), ts = put(bk, scale, 1, 3);
+    bk_tensor_t coef = bk->alloc(bk, BK_F32, m, nm);
+    bk->hc_mix(bk, coef, tm, tX, tb, ts, hc, eps, he, iters);
+    float *got = get(bk, coef);
+    double ref[3 * 24];
+    for (int r = 0; r < m; r++) {
+        double ss = 0, mm[24], C[4][4];
+        for (int i = 0; i < hc * D; i++) ss += (double)X[r * hc * D + i] * X[r * hc * D + i];
+        for (int i = 0; i < nm; i++) mm[i] = mixes[r * nm + i] / sqrt(ss / (hc * D) + eps);
+        double *o = ref + r * nm;
+        for (int k = 0; k < hc; k++) {
+            o[k] = 1 / (1 + exp(-(mm[k] * scale[0] + base[k]))) + he;
+            o[hc + k] = 2 / (1 + exp(-(mm[hc + k] * scale[1] + base[hc + k])));
+        }
+        for (int a = 0; a < hc; a++) {
+            double mx = -INFINITY, s = 0;
+            for (int b = 0; b < hc; b++) mx = fmax(mx, C[a][b] = mm[2 * hc + a * hc + b] * scale[2] + base[2 * hc + a * hc + b]);
+            for (int b = 0; b < hc; b++) s += C[a][b] = exp(C[a][b] - mx);
+            for (int b = 0; b < hc; b++) C[a][b] = C[a][b] / s + he;
+        }
+        for (int it = 0; it < iters; it++) {
+            for (int a = 0; a < hc && it; a++) {
+                double s = 0;
+                for (int b = 0; b < hc; b++) s += C[a][b];
+                for (int b = 0; b < hc; b++) C[a][b] /= s + he;
+            }
+            for (int b = 0; b < hc; b++) {
+                double s = 0;
+                for (int a = 0; a < hc; a++) s += C[a][b];
+                for (int a = 0; a < hc; a++) C[a][b] /= s + he;
+            }
+        }
+        for (int a = 0; a < hc; a++)
+            for (int b = 0; b < hc; b++) o[2 * hc + a * hc + b] = C[a][b];
+    }
+    CHECK(rel_err(got, ref, (size_t)(m * nm)) < TOL);
+    /* collapse with the pre columns, expand, fill */
+    bk_tensor_t out = bk->alloc(bk, BK_F32, m, D), y = put(bk, X, m, D);
+    bk->hc_collapse(bk, out, tX, bk_cols(coef, 0, hc), hc);
+    float *col = get(bk, out);
+    double cref[3 * 37];
+    for (int r = 0; r < m; r++)
+        for (int d = 0; d < D; d++) {
+            double s = 0;
+            for (int k = 0; k < hc; k++) s += (double)got[r * nm + k] * X[r * hc * D + k * D + d];
+            cref[r * D + d] = s;
+        }
+    CHECK(rel_err(col, cref, (size_t)(m * D)) < TOL);
+    bk->hc_expand(bk, tX, y, coef, hc);
+    float *ex = get(bk, tX);
+    double *eref = xmalloc((size_t)(m * hc * D) * 8);
+    for (int r = 0; r < m; r++)
+        for (int b = 0; b < hc; b++)
+            for (int d = 0; d < D; d++) {
+                double s = (double)got[r * nm + hc + b] * X[r * D + d];
+                for (int a = 0; a < hc; a++) s += (double)got[r * nm + 2 * hc + a * hc + b] * X[r * hc * D + a * D + d];
+                eref[r * hc * D + b * D + d] = s;
+            }
+    CHECK(rel_err(ex, eref, (size_t)(m * hc * D)) < TOL);
+    bk->hc_fill(bk, tX, y, hc);
+    float *fill = get(bk, tX);
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        for (int k = 0; k < hc; k++) bad += memcmp(fill + r * hc * D + k * D, X + r * D, (size_t)D * 4) != 0;
+    CHECK_EQ(bad, 0);
+    bk_tensor_t *ts_[] = {&tX, &tm, &tb, &ts, &coef, &out, &y};
+    for (size_t i = 0; i < DI_ARRAY_LEN(ts_); i++) bk->release(bk, ts_[i]);
+    free(X), free(mixes), free(base), free(scale), free(got), free(col), free(ex), free(eref), free(fill);
+}
+
+static void test_hc(void) {
+    hc_case(1); /* unconverged: every normalization step shows */
+    hc_case(3);
+    hc_case(20);
+}
+
+static void test_engram_gate(void) {
+    int hc = 4, D = 37, m = 3;
+    float *X = rand_vec((size_t)(m * hc * D), 1.0f), *kv = rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = rand_vec((size_t)(hc * D), 1.5f);
+    for (int d = 0; d < D; d++) kv[D + d] = -X[D + d] / (qk[D + d] != 0 ? qk[D + d] : 1); /* a strongly negative dot */
+    bk_tensor_t tX = put(bk, X, m, hc * D), tkv = put(bk, kv, m, (hc + 1) * D), tqk = put(bk, qk, hc, D);
+    bk->engram_gate(bk, tX, tkv, tqk, hc, 1e-20f);
+    float *got = get(bk, tX);
+    double *ref = xmalloc((size_t)(m * hc * D) * 8);
+    for (int r = 0; r < m; r++)
+        for (int k = 0; k < hc; k++) {
+            const float *h = X + r * hc * D + k * D, *key = kv + r * (hc + 1) * D + k * D, *V = kv + r * (hc + 1) * D + hc * D;
+            double dot = 0, sh = 0, sk = 0;
+            for (int d = 0; d < D; d++) dot += (double)h[d] * qk[k * D + d] * key[d], sh += (double)h[d] * h[d], sk += (double)key[d] * key[d];
+            dot = dot / sqrt(sh / D + 1e-20) / sqrt(sk / D + 1e-20) / sqrt((double)D);
+            double g = 1 / (1 + exp(-copysign(sqrt(fmax(fabs(dot), 1e-6)), dot)));
+            for (int d = 0; d < D; d++) ref[r * hc * D + k * D + d] = h[d] + g * V[d];
+        }
+    CHECK(rel_err(got, ref, (size_t)(m * hc * D)) < TOL);
+    bk->release(bk, &tX), bk->release(bk, &tkv), bk->release(bk, &tqk);
+    free(X), free(kv), free(qk), free(got), free(ref);
+}
+
+static void test_group_pool(void) {
+    for (int ratio = 1; ratio <= 3; ratio++) {
+        int g = 5, d = 37;
+        float *z = rand_vec((size_t)(g * ratio * d), 1.0f), *s = rand_vec((size_t)(g * ratio * d), 4.0f);
+        bk_tensor_t tz = put(bk, z, g * ratio, d), ts = put(bk, s, g * ratio, d), out = bk->alloc(bk, BK_F32, g, d);
+        bk->group_pool(bk, out, tz, ts, ratio);
+        float *got = get(bk, out);
+        double ref[5 * 37];
+        for (int j = 0; j < g; j++)
+            for (int c = 0; c < d; c++) {
+                double sum = 0, v = 0;
+                for (int i = 0; i < ratio; i++) sum += exp(s[(j * ratio + i) * d + c]);
+                for (int i = 0; i < ratio; i++) v += z[(j * ratio + i) * d + c] * exp(s[(j * ratio + i) * d + c]) / sum;
+                ref[j * d + c] = v;
+            }
+        CHECK(rel_err(got, ref, (size_t)(g * d)) < TOL);
+        bk->release(bk, &tz), bk->release(bk, &ts), bk->release(bk, &out);
+        free(z), free(s), free(got);
+    }
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+static void test_attention(void) {
+    int H = 3, d = 40, W = 5, m = 4, npool = 9, K = 4;
+    int64_t pos0 = 12;
+    float *q = rand_vec((size_t)(m * H * d), 1.0f), *ring = rand_vec((size_t)(W * d), 1.0f), *kv = rand_vec((size_t)(m * d), 1.0f);
+    float *pool = rand_vec((size_t)(npool * d), 1.0f), *sink = rand_vec((size_t)H, 2.0f);
+    int32_t sel[4 * 4] = {0, 3, 8, -1, -1, -1, -1, -1, 2, 4, 5, 6, 1, 7, -1, -1};
+    bk_tensor_t tq = put(bk, q, m, H * d), tr = put(bk, ring, W, d), tk = put(bk, kv, m, d), tp = put(bk, pool, npool, d);
+    bk_tensor_t ts = put(bk, sink, 1, H), tsel = put_i(bk, sel, m, K), out = bk->alloc(bk, BK_F32, m, H * d);
+    float scale = 1.0f / sqrtf((float)d);
+    for (int variant = 0; variant < 3; variant++) {
+        int64_t win_lo = variant == 1 ? 11 : 0; /* 1: a replay start inside the window */
+        bool with_pool = variant != 2;
+        bk->attention(bk, out, tq, ts, scale, tr, tk, pos0, W, win_lo, with_pool ? &tp : NULL, with_pool ? &tsel : NULL);
+        float *got = get(bk, out);
+        double *ref = xmalloc((size_t)(m * H * d) * 8);
+        for (int r = 0; r < m; r++)
+            for (int h = 0; h < H; h++) {
+                const float *keys[16];
+                int n = 0;
+                int64_t i = pos0 + r, lo = i - W + 1 > win_lo ? i - W + 1 : win_lo;
+                for (int64_t p = lo; p <= i; p++) keys[n++] = p < pos0 ? ring + (p % W) * d : kv + (p - pos0) * d;
+                for (int k = 0; with_pool && k < K; k++)
+                    if (sel[r * K + k] >= 0) keys[n++] = pool + sel[r * K + k] * d;
+                double l[16], mx = sink[h], z;
+                for (int u = 0; u < n; u++) {
+                    l[u] = 0;
+                    for (int c = 0; c < d; c++) l[u] += (double)q[(r * H + h) * d + c] * keys[u][c];
+                    l[u] *= scale;
+                    mx = fmax(mx, l[u]);
+                }
+                z = exp(sink[h] - mx);
+                for (int u = 0; u < n; u++) z += exp(l[u] - mx);
+                for (int c = 0; c < d; c++) {
+                    double o = 0;
+                    for (int u = 0; u < n; u++) o += exp(l[u] - mx) / z * keys[u][c];
+                    ref[(r * H + h) * d + c] = o;
+                }
+            }
+        CHECKF(rel_err(got, ref, (size_t)(m * H * d)) < TOL, "variant %d: %.3g", variant, rel_err(got, ref, (size_t)(m * H * d)));
+        free(got), free(ref);
+    }
+    bk_tensor_t *all[] = {&tq, &tr, &tk, &tp, &ts, &tsel, &out};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) bk->release(bk, all[i]);
+    free(q), free(ring), free(kv), free(pool), free(sink);
+}
+
+/* ---- indexer and two-level top-k ----------------------------------------------------------- */
+typedef struct {
+    double s;
+    int i;
+} cand_t;
+static int by_score(const void *a, const void *b) {
+    const cand_t *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return x->i - y->i;
+}
+static int by_id(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
+
+/* top-k of scores[0..n) above -inf, ties to the lower index, ascending ids, -1 padded */
+static void ref_topk(const double *scores, int n, int k, int32_t *out) {
+    cand_t c[256];
+    int nc = 0;
+    for (int i = 0; i < n; i++)
+        if (scores[i] > -INFINITY) c[nc++] = (cand_t){scores[i], i};
+    qsort(c, (size_t)nc, sizeof *c, by_score);
+    int kk = nc < k ? nc : k;
+    for (int i = 0; i < kk; i++) out[i] = c[i].i;
+    qsort(out, (size_t)kk, sizeof *out, by_id);
+    for (int i = kk; i < k; i++) out[i] = -1;
+}
+
+static void test_indexer(void) {
+    int Hi = 3, di = 32, nk = 37, K = 5, KB = 3, bs = 4, m = 6;
+    float *q = rand_vec((size_t)(m * Hi * di), 1.0f), *w = rand_vec((size_t)(m * Hi), 1.0f), *keys = rand_vec((size_t)(nk * di), 1.0f);
+    for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* two identical keys: a tie */
+    float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
+    bk_tensor_t tq = put(bk, q, m, Hi * di), tw = put(bk, w, m, Hi), tk = put(bk, keys, nk, di);
+    bk_tensor_t sel = bk->alloc(bk, BK_I32, m, K), blocks = bk->alloc(bk, BK_I32, m, KB), sel2 = bk->alloc(bk, BK_I32, m, K);
+    int64_t pos0s[] = {0, 20, 30};
+    int ratios[] = {1, 2, 1};
+    for (int v = 0; v < 3; v++) {
+        int64_t pos0 = pos0s[v];
+        int ratio = ratios[v];
+        bk->indexer_topk(bk, sel, &blocks, tq, tw, tk, pos0, ratio, NULL, bs, qs, ws); /* candidate source */
+        bk->indexer_topk(bk, sel2, NULL, tq, tw, tk, pos0, ratio, &blocks, bs, qs, ws); /* restricted user */
+        int32_t got[6 * 5], gotb[6 * 3], got2[6 * 5];
+        bk->download(bk, got, sel);
+        bk->download(bk, gotb, blocks);
+        bk->download(bk, got2, sel2);
+        int bad = 0;
+        for (int r = 0; r < m; r++) {
+            int nvis = (int)((pos0 + r + 1) / ratio);
+            if (nvis > nk) nvis = nk;
+            double sc[64], bsc[16];
+            for (int j = 0; j < nvis; j++) {
+                double s = 0;
+                for (int h = 0; h < Hi; h++) {
+                    double dot = 0;
+                    for (int c = 0; c < di; c++) dot += (double)q[(r * Hi + h) * di + c] * keys[j * di + c];
+                    s += fmax(dot, 0) * qs * w[r * Hi + h] * ws;
+                }
+                sc[j] = s;
+            }
+            int nb = (nvis + bs - 1) / bs;
+            for (int b = 0; b < nb; b++) {
+                bsc[b] = -INFINITY;
+                for (int j = b * bs; j < nvis && j < (b + 1) * bs; j++) bsc[b] = fmax(bsc[b], sc[j]);
+            }
+            if (nb) bsc[nb - 1] = INFINITY; /* the newest block is pinned */
+            int32_t want[8], wantb[8], want2[8];
+            ref_topk(sc, nvis, K, want);
+            ref_topk(bsc, nb, KB, wantb);
+            for (int j = 0; j < nvis; j++) {
+                bool kept = false;
+                for (int b = 0; b < KB; b++) kept |= wantb[b] == j / bs;
+                if (!kept) sc[j] = -INFINITY;
+            }
+            ref_topk(sc, nvis, K, want2);
+            bad += memcmp(want, got + r * K, (size_t)K * 4) != 0;
+            bad += memcmp(wantb, gotb + r * KB, (size_t)KB * 4) != 0;
+            bad += memcmp(want2, got2 + r * K, (size_t)K * 4) != 0;
+        }
+        CHECKF(bad == 0, "case %d: %d rows differ", v, bad);
+    }
+    bk_tensor_t *all[] = {&tq, &tw, &tk, &sel, &blocks, &sel2};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) bk->release(bk, all[i]);
+    free(q), free(w), free(keys);
+}
+
+/* ---- router and experts ------------------------------------------------------------------- */
+static void test_router(void) {
+    int m = 5, E = 9, k = 3;
+    float *u = rand_vec((size_t)(m * E), 3.0f), *bias = rand_vec((size_t)E, 0.5f);
+    u[0] = u[1] = 30.0f; /* softplus over its threshold, and a tie */
+    bias[0] = bias[1] = 0.0f;
+    bk_tensor_t tu = put(bk, u, m, E), tb = put(bk, bias, 1, E), idx = bk->alloc(bk, BK_I32, m, k), wt = bk->alloc(bk, BK_F32, m, k);
+    for (int norm = 0; norm < 2; norm++) {
+        bk->router(bk, idx, wt, tu, tb, 1.0f, norm, 1.5f);
+        int32_t gi[5 * 3];
+        float gw[5 * 3];
+        bk->download(bk, gi, idx);
+        bk->download(bk, gw, wt);
+        int bad = 0;
+        double wref[5 * 3];
+        for (int r = 0; r < m; r++) {
+            double s[9];
+            bool used[9] = {0};
+            for (int e = 0; e < E; e++) s[e] = sqrt(log1p(exp((double)u[r * E + e])));
+            double sum = 0;
+            for (int j = 0; j < k; j++) {
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (!used[e] && (best < 0 || s[e] + bias[e] > s[best] + bias[best])) best = e;
+                used[best] = true;
+                bad += gi[r * k + j] != best;
+                wref[r * k + j] = s[best];
+                sum += s[best];
+            }
+            for (int j = 0; j < k; j++) wref[r * k + j] = (norm ? wref[r * k + j] / sum : wref[r * k + j]) * 1.5;
+        }
+        CHECK_EQ(bad, 0);
+        CHECK(rel_err(gw, wref, (size_t)(m * k)) < TOL);
+    }
+    bk->release(bk, &tu), bk->release(bk, &tb), bk->release(bk, &idx), bk->release(bk, &wt);
+    free(u), free(bias);
+}
+
+static void test_moe(void) {
+    int m = 5, D = 37, I = 19, E = 4, k = 2;
+    weight_t w[4][3], sh[3];
+    bk_expert_t ex[4], shared;
+    for (int e = 0; e < E; e++) {
+        wq_kind_t kind = e % 2 ? WQ_FP4 : WQ_F32;
+        w[e][0] = make_weight(kind, I, D), w[e][1] = make_weight(kind, D, I), w[e][2] = make_weight(kind, I, D);
+        ex[e] = (bk_expert_t){bk->bind(bk, &w[e][0].m), bk->bind(bk, &w[e][1].m), bk->bind(bk, &w[e][2].m)};
+    }
+    sh[0] = make_weight(WQ_FP8, I, D), sh[1] = make_weight(WQ_FP8, D, I), sh[2] = make_weight(WQ_FP8, I, D);
+    shared = (bk_expert_t){bk->bind(bk, &sh[0].m), bk->bind(bk, &sh[1].m), bk->bind(bk, &sh[2].m)};
+    float *x = rand_vec((size_t)(m * D), 2.0f), wt[5 * 2] = {0.5f, 1.0f, 0.25f, 0.75f, 1.5f, 0.1f, 1, 1, 0.3f, 0.2f};
+    int32_t idx[5 * 2] = {0, 3, 1, 2, 3, 1, 2, 0, 1, 3};
+    bk_tensor_t tx = put(bk, x, m, D), ti = put_i(bk, idx, m, k), tw = put(bk, wt, m, k), out = bk->alloc(bk, BK_F32, m, D);
+    for (int lim = 0; lim < 2; lim++) {
+        float limit = lim ? 0.7f : 0.0f;
+        bk->moe(bk, out, tx, ti, tw, ex, E, &shared, limit);
+        float *got = get(bk, out);
+        double ref[5 * 37] = {0};
+        for (int r = 0; r < m; r++)
+            for (int j = 0; j <= k; j++) {
+                weight_t *e = j < k ? w[idx[r * k + j]] : sh;
+                double a[19], weight = j < k ? wt[r * k + j] : 1.0;
+                for (int i = 0; i < I; i++) {
+                    double g = 0, up = 0;
+                    for (int c = 0; c < D; c++) g += (double)e[0].dense[i * D + c] * x[r * D + c], up += (double)e[2].dense[i * D + c] * x[r * D + c];
+                    if (limit > 0) g = fmin(g, limit), up = fmax(fmin(up, limit), -limit);
+                    a[i] = g / (1 + exp(-g)) * up * weight;
+                }
+                for (int c = 0; c < D; c++) {
+                    double y = 0;
+                    for (int i = 0; i < I; i++) y += e[1].dense[c * I + i] * a[i];
+                    ref[r * D + c] += y;
+                }
+            }
+        CHECKF(rel_err(got, ref, (size_t)(m * D)) < TOL, "limit %g: %.3g", limit, rel_err(got, ref, (size_t)(m * D)));
+        free(got);
+    }
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
+    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+    for (int e = 0; e < E; e++) bk->unbind(bk, ex[e].w1), bk->unbind(bk, ex[e].w2), bk->unbind(bk, ex[e].w3);
+    bk->unbind(bk, shared.w1), bk->unbind(bk, shared.w2), bk->unbind(bk, shared.w3);
+    bk->release(bk, &tx), bk->release(bk, &ti), bk->release(bk, &tw), bk->release(bk, &out);
+    free(x);
+}
+
+/* ---- memory ops ---------------------------------------------------------------------------- */
+static void test_views_and_copy(void) {
+    float *a = rand_vec(6 * 10, 1.0f);
+    bk_tensor_t t = put(bk, a, 6, 10), u = bk->alloc(bk, BK_F32, 3, 4);
+    bk->copy(bk, u, bk_cols(bk_rows(t, 2, 3), 5, 4));
+    float got[12];
+    bk->download(bk, got, u);
+    int bad = 0;
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++) bad += got[r * 4 + c] != a[(2 + r) * 10 + 5 + c];
+    CHECK_EQ(bad, 0);
+    bk->release(bk, &t), bk->release(bk, &u);
+    free(a);
+}
+
+int main(void) {
+    bk = backend_cpu_create(3);
+    bk1 = backend_cpu_create(1);
+    RUN(test_matmul);
+    RUN(test_gather);
+    RUN(test_rmsnorm);
+    RUN(test_rope);
+    RUN(test_qat);
+    RUN(test_hc);
+    RUN(test_engram_gate);
+    RUN(test_group_pool);
+    RUN(test_attention);
+    RUN(test_indexer);
+    RUN(test_router);
+    RUN(test_moe);
+    RUN(test_views_and_copy);
+    bk->destroy(bk);
+    bk1->destroy(bk1);
+    return t_finish();
+}
