@@ -202,15 +202,26 @@ static int from_prompt(const tokenizer_t *tok, const json_t *body, frame_t *f, i
 
 /* ---- chat bodies ------------------------------------------------------------------------ */
 
+const char *request_template_model(const tokenizer_t *tok, const char *choice)
+{
+    static const char *v41 = "DeepSeek-V4.1-Flash", *v4 = "DeepSeek-V4-Pro";
+    if (!strcmp(choice, "v41")) return v41;
+    if (!strcmp(choice, "v4")) return v4;
+    if (strcmp(choice, "auto")) return NULL;
+    static const char system[] = "<\xef\xbd\x9cSystem\xef\xbd\x9c>";
+    return tokenizer_added_id(tok, system, sizeof system - 1) >= 0 ? v41 : v4;
+}
+
 static int from_chat(const tokenizer_t *tok, const request_limits_t *limits, const json_t *body, frame_t *f,
                      ids_t *ids, errbuf_t *e)
 {
-    json_t *named = NULL;
-    if (!json_object_get(body, "model")) {
-        named = json_copy((json_t *)body);
-        json_object_set_new(named, "model", json_string(limits->default_model));
-        body = named;
-    }
+    /* The deployment's template, whatever the body names; the caller's name is kept. */
+    const json_t *asked = json_object_get(body, "model");
+    if (asked && !json_is_string(asked)) return fail(e, "\"model\" must be a string");
+    if (asked) f->meta.model = xstrdup(json_string_value(asked));
+    json_t *named = json_copy((json_t *)body);
+    json_object_set_new(named, "model", json_string(limits->template_model));
+    body = named;
     chat_prompt_t cp = {0};
     int rc = chat_render(body, &cp, e->err, e->errlen);
     if (rc == 0) rc = chat_encode(tok, &cp, ids, e->err, e->errlen);
@@ -238,7 +249,6 @@ static int from_chat(const tokenizer_t *tok, const request_limits_t *limits, con
         m->parse_json = cp.parse_json_output;
         if (cp.n_stop > FRAME_MAX_STOPS) rc = fail(e, "at most %d stop strings", FRAME_MAX_STOPS);
         for (size_t i = 0; rc == 0 && i < cp.n_stop; i++) add_stop(m, (const char *)cp.stop[i].data, cp.stop[i].len);
-        m->model = xstrdup(json_string_value(json_object_get(body, "model")));
         if (cp.constraint == CHAT_CONSTRAINT_JSON) {
             f->constraint.kind = cp.constraint_text.len ? CONSTRAINT_JSON_SCHEMA : CONSTRAINT_JSON_OBJECT;
             if (cp.constraint_text.len) f->constraint.text = xstrdup(buf_cstr(&cp.constraint_text));

@@ -58,6 +58,20 @@ def pipe(commands, data, timeout=120):
     return out, errs, rcs
 
 
+def tokenizer_with_v41_system(directory):
+    """A copy of the V4 tokenizer with V4.1's <｜System｜> turn marker appended as one more
+    added token (the V4 file lacks it), written into directory; returns its path. For
+    tokenizer-level tests of the V4.1 template only: the id is past the model's vocabulary."""
+    with open(TOKENIZER_JSON, encoding="utf-8") as f:
+        t = json.load(f)
+    t["added_tokens"].append({"id": 129280, "content": "<｜System｜>", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": False})
+    path = os.path.join(directory, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    return path
+
+
 def json_lines(out):
     """The JSON lines of a tool's output (split on "\n" only: U+2028 may sit inside a line)."""
     return [json.loads(line) for line in out.decode("utf-8").split("\n") if line]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import ROOT, TOKENIZER_JSON, Suite, free_port, json_lines, pipe, tool
+from harness import ROOT, TOKENIZER_JSON, Suite, free_port, json_lines, pipe, tokenizer_with_v41_system, tool
 
 sys.path.insert(0, os.path.dirname(__file__))
 from make_corpus import make_corpus  # noqa: E402
@@ -47,38 +47,50 @@ def test_over_tcp(s, data, expected):
             f"rc {source.returncode}/{sink.returncode}, {len(out)} vs {len(expected)} bytes, {err[-500:]}")
 
 
-def test_chat_round_trip(s):
-    """Chat requests come back as recipe renders them (only those recipe accepts)."""
-    try:
-        from deepseek_recipe import ChatCompletionRequest, ConversionOptions, DeepseekV4Encoding, DeepseekV41Encoding
-    except ImportError:
-        s.skip("chat round trip", "deepseek_recipe not installed")
-        return
-    if not os.path.exists(CHAT_CASES):
-        s.skip("chat round trip", "no tests/data/chat_cases.jsonl")
-        return
-    bodies, expected = [], []
+def chat_bodies():
+    bodies = []
     for line in open(CHAT_CASES, encoding="utf-8"):
         case = json.loads(line)
         body = case.get("body", case)
-        if not isinstance(body, dict) or "messages" not in body:
+        if isinstance(body, dict) and "messages" in body:
+            bodies.append(body)
+    return bodies
+
+
+def check_chat_template(s, name, template_model, tokenize_args):
+    """Chat requests come back exactly as recipe renders them with the served template
+    (only requests recipe accepts are compared; the others must be errors)."""
+    from deepseek_recipe import ChatCompletionRequest, ConversionOptions, DeepseekV4Encoding, DeepseekV41Encoding
+    encoding = DeepseekV41Encoding() if template_model == "DeepSeek-V4.1-Flash" else DeepseekV4Encoding()
+    bodies, expected = chat_bodies(), []
+    for body in bodies:
+        if '"image_url"' in json.dumps(body) or '"file"' in json.dumps(body):  # refused on purpose: text only
+            expected.append(None)
             continue
         try:
-            conv = ChatCompletionRequest(body).convert(ConversionOptions())
-            enc = DeepseekV41Encoding() if body.get("model") == "DeepSeek-V4.1-Flash" else DeepseekV4Encoding()
-            expected.append(enc.render_conversation(conv.conversation).prompt)
+            conv = ChatCompletionRequest(dict(body, model=template_model)).convert(ConversionOptions())
+            expected.append(encoding.render_conversation(conv.conversation).prompt)
         except Exception:
-            continue
-        bodies.append(body)
+            expected.append(None)
     data = b"".join(json.dumps(dict(b, id=f"chat-{i}"), ensure_ascii=False).encode() + b"\n"
                     for i, b in enumerate(bodies))
-    out, errs, rcs = pipe([[tool("di-tokenize")], [tool("di-detok")]], data)
+    out, errs, rcs = pipe([[tool("di-tokenize"), *tokenize_args], [tool("di-detok"), *tokenize_args]], data)
     answers = json_lines(out)
-    got = [a.get("prompt", a.get("error")) for a in answers]
-    wrong = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
-    s.check(len(answers) == len(bodies) and not wrong and bodies,
-            f"round trip of {len(bodies)} chat requests equals recipe's rendering",
-            f"{len(answers)} answers; mismatches at {wrong[:5]}: {[got[i] for i in wrong[:1]]}")
+    wrong = [i for i, (a, e) in enumerate(zip(answers, expected)) if a.get("prompt") != e and not (e is None and "error" in a)]
+    compared = sum(e is not None for e in expected)
+    s.check(len(answers) == len(bodies) and not wrong and compared > 50 and rcs == [0, 0],
+            f"{name}: {compared} chat prompts come back as recipe renders them",
+            f"{len(answers)} answers; mismatches at {wrong[:5]}: {[answers[i] for i in wrong[:1]]} {errs}")
+
+
+def test_chat_round_trip(s):
+    if not os.path.exists(CHAT_CASES):
+        s.check(False, "chat round trip", "no tests/data/chat_cases.jsonl")
+        return
+    check_chat_template(s, "V4 template (the V4 tokenizer, --template auto)", "DeepSeek-V4-Pro", [])
+    with tempfile.TemporaryDirectory() as d:
+        path = tokenizer_with_v41_system(d)
+        check_chat_template(s, "V4.1 template (a tokenizer with its markers)", "DeepSeek-V4.1-Flash", ["--tokenizer", path])
 
 
 if __name__ == "__main__":

@@ -44,14 +44,14 @@ static int open_input(const char *spec)
 
 int main(int argc, char **argv)
 {
-    const char *tokenizer_path = NULL, *model_name = "DeepSeek-V4.1-Flash";
+    const char *tokenizer_path = NULL, *template = "auto";
     int64_t max_line = 16 << 20, max_prompt = 1 << 20, context = 1 << 20;
     cli_opt_t opts[] = {
         {"tokenizer", CLI_STRING, &tokenizer_path, "PATH", "tokenizer.json (default: data/tokenizer/ next to bin/)", 0, 0},
         {"max-line-bytes", CLI_INT, &max_line, "N", "longest accepted input line (default 16 MiB)", 1, 1ll << 32},
         {"max-prompt-tokens", CLI_INT, &max_prompt, "N", "longest accepted prompt in tokens (default 1048576)", 1, FRAME_MAX_TOKENS},
         {"context-length", CLI_INT, &context, "N", "model context, for chat requests' default max_tokens (default 1048576)", 1, 1ll << 32},
-        {"model-name", CLI_STRING, &model_name, "NAME", "model assumed when a chat request names none (default DeepSeek-V4.1-Flash)", 0, 0},
+        {"template", CLI_STRING, &template, "auto|v41|v4", "chat template: auto = V4.1 if the tokenizer has its markers, else V4", 0, 0},
         {0},
     };
     cli_spec_t spec = {
@@ -69,7 +69,12 @@ int main(int argc, char **argv)
     if (!tokenizer_path) tokenizer_path = tokenizer_default_path();
     tokenizer_t *tok = tokenizer_load(tokenizer_path, err, sizeof err);
     if (!tok) die("cannot load the tokenizer %s: %s", tokenizer_path, err);
-    request_limits_t limits = {(size_t)max_prompt, (size_t)context, model_name};
+    const char *template_model = request_template_model(tok, template);
+    if (!template_model) die("bad value '%s' for --template: expected auto, v41 or v4", template);
+    if (!strcmp(template, "auto") && strcmp(template_model, "DeepSeek-V4.1-Flash"))
+        log_warn("the tokenizer lacks V4.1's <\xef\xbd\x9cSystem\xef\xbd\x9c> marker (a V4 tokenizer): chats use the V4 template; "
+                 "give the V4.1 checkpoint's tokenizer.json with --tokenizer for the V4.1 template");
+    request_limits_t limits = {(size_t)max_prompt, (size_t)context, template_model};
 
     stage_stats_t st;
     stats_start(&st, STAGE);
