@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""scripts/engram-token-map.py: the Engram compressed token map of the V4 tokenizer has 129280
+entries and exactly 99092 distinct ids numbered in first-seen order (MODEL_V41 §5.2), the file
+set-up wrote is that map, --expect refuses another count, and, when the HF deepseek_v41 files
+are at hand (tests/golden/hf_loader.py), it equals transformers' build_compressed_token_map."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DATA = os.environ.get("DI_DATA", os.path.join(ROOT, "data"))
+TOK = os.path.join(DATA, "tokenizer", "tokenizer.json")
+SCRIPT = os.path.join(ROOT, "scripts", "engram-token-map.py")
+passed = failed = skipped = 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok", what)
+    else:
+        failed += 1
+        print("FAIL", what)
+
+
+def main():
+    global skipped
+    if not os.path.exists(TOK):
+        check(False, f"{TOK} missing (make data)")
+        return
+    tmp = tempfile.mkdtemp()
+    out = os.path.join(tmp, "map.u32")
+    r = subprocess.run([sys.executable, SCRIPT, TOK, out, "--expect", "99092"], capture_output=True, text=True)
+    check(r.returncode == 0, "script runs with --expect 99092")
+    m = np.fromfile(out, "<u4") if r.returncode == 0 else np.zeros(0, np.uint32)
+    check(len(m) == 129280, f"129280 entries ({len(m)})")
+    check(len(set(m.tolist())) == 99092, "99092 distinct ids")
+    first_seen = np.maximum.accumulate(m) if len(m) else m
+    check(len(m) > 0 and m[0] == 0 and bool((np.diff(first_seen) <= 1).all()), "ids numbered in first-seen order")
+    installed = os.path.join(DATA, "tokenizer", "engram_token_map.u32")
+    check(os.path.exists(installed) and np.array_equal(np.fromfile(installed, "<u4"), m), "set-up's data file is this map")
+    r = subprocess.run([sys.executable, SCRIPT, TOK, out, "--expect", "99093"], capture_output=True, text=True)
+    check(r.returncode != 0 and "expected 99093" in r.stderr, "--expect refuses another count")
+    hf_src = os.environ.get("DI_HF_SRC", os.path.join(ROOT, "..", ".ref", "hf_v41"))
+    if os.path.exists(os.path.join(hf_src, "deepseek_v41", "modeling_deepseek_v41.py")):
+        sys.path.insert(0, os.path.join(ROOT, "tests", "golden"))
+        import hf_loader
+        from transformers import PreTrainedTokenizerFast
+
+        _, mm, _ = hf_loader.load(hf_src)
+        lookup, n = mm.build_compressed_token_map(PreTrainedTokenizerFast(tokenizer_file=TOK))
+        check(n == 99092 and np.array_equal(np.array(lookup, np.uint32), m), "equals transformers' build_compressed_token_map")
+    else:
+        skipped += 1
+        print("skip comparison with transformers (no HF deepseek_v41 files)")
+
+
+main()
+print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+sys.exit(1 if failed else 0)
