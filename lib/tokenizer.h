@@ -23,6 +23,9 @@ void tokenizer_free(tokenizer_t *t);
  * else data/tokenizer/ under the current directory. Returns a static buffer. */
 const char *tokenizer_default_path(void);
 
+/* For tools: loads path (NULL: the default) or exits with a one-line reason. */
+tokenizer_t *tokenizer_load_or_die(const char *path);
+
 /* Plain-text encoding: the text is ordinary text, so the spelling of a special or added
  * token inside it is tokenized as text, never turned into a control token (deepseek-recipe's
  * "prompt encoding" of the text between special ranges). Appends to out and returns 0.

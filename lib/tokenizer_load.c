@@ -405,3 +405,12 @@ const char *tokenizer_default_path(void)
     }
     return "data/tokenizer/tokenizer.json";
 }
+
+tokenizer_t *tokenizer_load_or_die(const char *path)
+{
+    char err[512];
+    if (!path) path = tokenizer_default_path();
+    tokenizer_t *t = tokenizer_load(path, err, sizeof err);
+    if (!t) die("cannot load the tokenizer %s: %s", path, err);
+    return t;
+}

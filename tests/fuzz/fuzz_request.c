@@ -1,6 +1,6 @@
 /* libFuzzer target: the JSONL request parser (one line -> a request frame or an error).
  * Whatever the bytes, the result is either a request with a prompt, which must survive the
- * frame encoding, or an error with a message. Tokenizer: $DI_DATA/tokenizer/tokenizer.json. */
+ * frame encoding, or an error with a message. Tokenizer: the default (tokenizer.h). */
 #include "request.h"
 
 #include <stdio.h>
@@ -10,15 +10,7 @@
 static tokenizer_t *load_once(void)
 {
     static tokenizer_t *t;
-    if (t) return t;
-    const char *data = getenv("DI_DATA");
-    char path[4096], err[1024];
-    snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", data && *data ? data : "data");
-    t = tokenizer_load(path, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "fuzz_request: %s\n", err);
-        abort();
-    }
+    if (!t) t = tokenizer_load_or_die(NULL);
     return t;
 }
 

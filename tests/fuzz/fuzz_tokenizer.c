@@ -1,6 +1,6 @@
 /* libFuzzer target: the V4 tokenizer on arbitrary bytes. Valid UTF-8 must encode in both
  * modes and decode back to the same bytes; anything else must be refused, never crash.
- * The tokenizer is $DI_DATA/tokenizer/tokenizer.json (DI_DATA defaults to "data"). */
+ * The tokenizer is the default one (tokenizer.h: $DI_TOKENIZER or data/tokenizer/). */
 #include "tokenizer.h"
 #include "utf8.h"
 
@@ -11,15 +11,7 @@
 static tokenizer_t *load_once(void)
 {
     static tokenizer_t *t;
-    if (t) return t;
-    const char *data = getenv("DI_DATA");
-    char path[4096], err[1024];
-    snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", data && *data ? data : "data");
-    t = tokenizer_load(path, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "fuzz_tokenizer: %s\n", err);
-        abort();
-    }
+    if (!t) t = tokenizer_load_or_die(NULL);
     return t;
 }
 

@@ -50,10 +50,7 @@ int main(int argc, char **argv)
     cli_parse(&spec, argc, argv, &common);
     if (stream && ordered) die("--stream and --ordered do not go together");
 
-    char err[512];
-    if (!tokenizer_path) tokenizer_path = tokenizer_default_path();
-    tokenizer_t *tok = tokenizer_load(tokenizer_path, err, sizeof err);
-    if (!tok) die("cannot load the tokenizer %s: %s", tokenizer_path, err);
+    tokenizer_t *tok = tokenizer_load_or_die(tokenizer_path);
 
     stage_stats_t st;
     stats_start(&st, STAGE);

@@ -65,10 +65,7 @@ int main(int argc, char **argv)
     cli_common_t common;
     cli_parse(&spec, argc, argv, &common);
 
-    char err[512];
-    if (!tokenizer_path) tokenizer_path = tokenizer_default_path();
-    tokenizer_t *tok = tokenizer_load(tokenizer_path, err, sizeof err);
-    if (!tok) die("cannot load the tokenizer %s: %s", tokenizer_path, err);
+    tokenizer_t *tok = tokenizer_load_or_die(tokenizer_path);
     const char *template_model = request_template_model(tok, template);
     if (!template_model) die("bad value '%s' for --template: expected auto, v41 or v4", template);
     if (!strcmp(template, "auto") && strcmp(template_model, "DeepSeek-V4.1-Flash"))
@@ -92,6 +89,7 @@ int main(int argc, char **argv)
         if (r == LINE_ERROR) die("reading the input: %s", strerror(errno));
         uint64_t in_us = wall_us(), t0 = now_ns();
         if (r == LINE_OK && strspn(line, " \t\r\n\f\v") >= len) continue; /* blank: no request */
+        char err[512];
         frame_t req;
         frame_init(&req, FRAME_REQUEST);
         req.seq = origin.n;
