@@ -65,6 +65,10 @@ int main(int argc, char **argv)
     cli_common_t common;
     cli_parse(&spec, argc, argv, &common);
 
+    stage_stats_t st;
+    stats_start(&st, STAGE);
+    int in_fd = open_input(common.in);
+    frame_out_t *out = frame_out_open(common.out, &common, STAGE);
     tokenizer_t *tok = tokenizer_load_or_die(tokenizer_path);
     const char *template_model = request_template_model(tok, template);
     if (!template_model) die("bad value '%s' for --template: expected auto, v41 or v4", template);
@@ -72,11 +76,6 @@ int main(int argc, char **argv)
         log_warn("the tokenizer lacks V4.1's <\xef\xbd\x9cSystem\xef\xbd\x9c> marker (a V4 tokenizer): chats use the V4 template; "
                  "give the V4.1 checkpoint's tokenizer.json with --tokenizer for the V4.1 template");
     request_limits_t limits = {(size_t)max_prompt, (size_t)context, template_model};
-
-    stage_stats_t st;
-    stats_start(&st, STAGE);
-    int in_fd = open_input(common.in);
-    frame_out_t *out = frame_out_open(common.out, &common, STAGE);
     linereader_t lines;
     linereader_init(&lines, in_fd, (size_t)max_line);
     origin_t origin = {0};
