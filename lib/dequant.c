@@ -109,13 +109,24 @@ void wmat_rows(const wmat_t *m, int64_t r0, int64_t n, float *out) {
     case WQ_F32:
         memcpy(out, m->data + (size_t)(r0 * cols) * 4, (size_t)(n * cols) * 4);
         return;
-    case WQ_BF16:
-        for (int64_t i = 0; i < n * cols; i++) {
+    case WQ_BF16: {
+        typedef uint16_t u16x8 __attribute__((vector_size(16)));
+        typedef uint32_t u32x8 __attribute__((vector_size(32)));
+        const uint8_t *src = m->data + (size_t)(r0 * cols) * 2;
+        int64_t i = 0, total = n * cols;
+        for (; i + 8 <= total; i += 8) { /* eight at a time: the scalar loop dominated the LM head */
+            u16x8 h;
+            memcpy(&h, src + 2 * i, 16);
+            u32x8 u = __builtin_convertvector(h, u32x8) << 16;
+            memcpy(out + i, &u, 32);
+        }
+        for (; i < total; i++) {
             uint16_t h;
-            memcpy(&h, m->data + (size_t)(r0 * cols + i) * 2, 2);
+            memcpy(&h, src + 2 * i, 2);
             out[i] = bf16_to_f32(h);
         }
         return;
+    }
     case WQ_FP8:
     case WQ_FP4: {
         size_t row_bytes = m->kind == WQ_FP8 ? (size_t)cols : (size_t)((cols + 1) / 2);
