@@ -1,6 +1,6 @@
 /* Fixed worker pool: a generation counter starts each loop, a count of workers still busy
  * ends it. Both sides spin briefly before sleeping on a condition variable: a decode step is
- * a few hundred short loops, and a sleep/wake pair per loop costs more than the loop. */
+ * a few hundred short loops, and a sleep/wake pair can cost more than the loop. */
 #include "threadpool.h"
 #include "util.h"
 
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define SPINS 4000 /* about 10-20 us of polling before sleeping */
+#define SPINS 256 /* a few microseconds of polling before sleeping (longer hurts when cores are shared) */
 
 struct threadpool {
     int n;                      /* threads including the caller */
