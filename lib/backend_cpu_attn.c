@@ -130,7 +130,7 @@ static void idx_rows(void *p, int64_t r0, int64_t r1, int worker) {
     int64_t nvis_max = (j->pos0 + r1) / j->ratio;
     if (nvis_max > j->keys.rows) nvis_max = j->keys.rows;
     int64_t KB = j->blocks_out ? j->blocks_out->cols : 0;
-    float *score = cpu_scratch(j->c, worker, SCRATCH_OP, (size_t)(nvis_max + 1));
+    float *score = cpu_scratch(j->c, worker, SCRATCH_OP, (size_t)(nvis_max + 1 + heads)), *dots = score + nvis_max + 1;
     scored_t *heap = (scored_t *)cpu_scratch(j->c, worker, SCRATCH_OP2, (size_t)(2 * (K > KB ? K : KB) + 2));
     for (int64_t r = r0; r < r1; r++) {
         int64_t nvis = (j->pos0 + r + 1) / j->ratio;
@@ -138,11 +138,11 @@ static void idx_rows(void *p, int64_t r0, int64_t r1, int worker) {
         const float *q = f32_at(j->q, r), *w = f32_at(j->w, r);
         for (int64_t e = 0; e < nvis; e++) {
             const float *k = f32_at(j->keys, e);
+            int64_t h = 0;
+            for (; h + 4 <= heads; h += 4) cpu_dot4(q + h * di, q + (h + 1) * di, q + (h + 2) * di, q + (h + 3) * di, k, di, dots + h, 1);
+            for (; h < heads; h++) dots[h] = cpu_dot(q + h * di, k, di);
             float s = 0.0f;
-            for (int64_t h = 0; h < heads; h++) {
-                float dot = cpu_dot(q + h * di, k, di);
-                s += (dot > 0.0f ? dot : 0.0f) * j->q_scale * (w[h] * j->w_scale);
-            }
+            for (h = 0; h < heads; h++) s += (dots[h] > 0.0f ? dots[h] : 0.0f) * j->q_scale * (w[h] * j->w_scale);
             score[e] = s;
         }
         if (j->blocks_out) { /* level 1: candidate blocks, the newest pinned */

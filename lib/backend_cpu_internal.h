@@ -37,6 +37,12 @@ float *cpu_scratch(cpu_t *c, int worker, int slot, size_t n);
 /* sum_i a[i] * b[i] in a fixed order (independent lanes, then a fixed reduction). */
 float cpu_dot(const float *a, const float *b, int64_t n);
 
+/* Four dot products against one shared vector w, each computed exactly as cpu_dot computes it
+ * (same lanes, same reduction): batching never changes a bit, and w is loaded once.
+ * out[k * ldo] = cpu_dot(x_k, w, n). */
+void cpu_dot4(const float *x0, const float *x1, const float *x2, const float *x3, const float *w, int64_t n, float *out,
+              int64_t ldo);
+
 /* out[t*ldo + o] = sum_i x[t*ldx + i] * W[row0 + o][i] for t < m, o < n_out, threaded over
  * weight tiles (dequantized on the fly) and row blocks. */
 void cpu_matmul(cpu_t *c, float *out, int64_t ldo, const float *x, int64_t ldx, int64_t m, const wmat_t *w,

@@ -26,6 +26,33 @@ float cpu_dot(const float *a, const float *b, int64_t n) {
     return t + tail;
 }
 
+void cpu_dot4(const float *x0, const float *x1, const float *x2, const float *x3, const float *w, int64_t n, float *out,
+              int64_t ldo) {
+    v8 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, c0 = {0}, c1 = {0}, d0 = {0}, d1 = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v8 w0, w1, t;
+        memcpy(&w0, w + i, 32);
+        memcpy(&w1, w + i + 8, 32);
+        memcpy(&t, x0 + i, 32), a0 += t * w0;
+        memcpy(&t, x0 + i + 8, 32), a1 += t * w1;
+        memcpy(&t, x1 + i, 32), b0 += t * w0;
+        memcpy(&t, x1 + i + 8, 32), b1 += t * w1;
+        memcpy(&t, x2 + i, 32), c0 += t * w0;
+        memcpy(&t, x2 + i + 8, 32), c1 += t * w1;
+        memcpy(&t, x3 + i, 32), d0 += t * w0;
+        memcpy(&t, x3 + i + 8, 32), d1 += t * w1;
+    }
+    v8 s[4] = {a0 + a1, b0 + b1, c0 + c1, d0 + d1};
+    const float *xs[4] = {x0, x1, x2, x3};
+    for (int k = 0; k < 4; k++) {
+        float t = ((s[k][0] + s[k][4]) + (s[k][1] + s[k][5])) + ((s[k][2] + s[k][6]) + (s[k][3] + s[k][7]));
+        float tail = 0.0f;
+        for (int64_t j = i; j < n; j++) tail += xs[k][j] * w[j];
+        out[k * ldo] = t + tail;
+    }
+}
+
 #define ROW_BLOCK 64 /* input rows per task: parallelism for short weights and long inputs */
 
 typedef struct {
@@ -50,7 +77,13 @@ static void mm_tasks(void *p, int64_t k0, int64_t k1, int worker) {
             have = t;
         }
         int64_t r1 = (rb + 1) * ROW_BLOCK < j->m ? (rb + 1) * ROW_BLOCK : j->m;
-        for (int64_t r = rb * ROW_BLOCK; r < r1; r++) {
+        int64_t r = rb * ROW_BLOCK;
+        for (; r + 4 <= r1; r += 4) {
+            const float *x0 = j->x + r * j->ldx;
+            for (int64_t o = 0; o < no; o++)
+                cpu_dot4(x0, x0 + j->ldx, x0 + 2 * j->ldx, x0 + 3 * j->ldx, tile + o * cols, cols, j->out + r * j->ldo + o0 + o, j->ldo);
+        }
+        for (; r < r1; r++) {
             const float *xr = j->x + r * j->ldx;
             float *orow = j->out + r * j->ldo + o0;
             for (int64_t o = 0; o < no; o++) orow[o] = cpu_dot(xr, tile + o * cols, cols);
