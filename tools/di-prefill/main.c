@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define REPLAY_DEFAULT STR(FWD_DEFAULT_REPLAY)
+
 /* "1,2,3" -> ids; dies naming the bad element. */
 static void parse_ids(const char *s, ids_t *out) {
     char *copy = xstrdup(s), *save = NULL;
@@ -40,7 +44,7 @@ int main(int argc, char **argv) {
         {"top-k", CLI_INT, &top_k, "N", "tokens shown per position, by logit (default 10; 0 = every logit)", 0, 1 << 30},
         {"position", CLI_STRING, &position, "all|last", "which positions to print (default last)", 0, 0},
         {"qat", CLI_STRING, &qat, "on|off", "the model's FP8/FP4 rounding simulations (default on, as trained)", 0, 0},
-        {"replay", CLI_INT, &replay, "N", "bounded replay: decoder layers only over the last N prompt tokens (default: exact)", 1, 1ll << 40},
+        {"replay", CLI_INT, &replay, "N", "bounded replay: later decoder layers only over the last N prompt tokens (DeepInfer uses " REPLAY_DEFAULT "; default: exact)", 1, 1ll << 40},
         {"json", CLI_FLAG, &json, NULL, "JSON instead of a table", 0, 0},
         {"tokenizer", CLI_STRING, &tokenizer_path, "PATH", "tokenizer.json (default: data/tokenizer/ next to bin/)", 0, 0},
         {"token-map", CLI_STRING, &token_map, "PATH", "Engram token map (default: in DIR, else beside the tokenizer)", 0, 0},
