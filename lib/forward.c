@@ -185,7 +185,7 @@ int forward_step(seqstate_t *st, uint32_t id, float *logits, char *err, size_t e
 
 int forward_prompt(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t replay, int64_t chunk, fwd_logits_t want,
                    float *logits, int64_t *n_logits, char *err, size_t errlen) {
-    int64_t from = replay < 0 ? -1 : st->T + n - replay, done = 0, rows = 0;
+    int64_t from = replay < 0 ? -1 : st->T + n - replay, rows = 0;
     if (chunk <= 0) chunk = FWD_DEFAULT_CHUNK;
     for (int64_t p = 0; p < n; p += chunk) {
         int64_t k = n - p < chunk ? n - p : chunk, got = 0;
@@ -194,7 +194,6 @@ int forward_prompt(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t repla
         float *out = logits ? logits + (size_t)rows * (size_t)st->m->cfg.vocab_size : NULL;
         if (forward_prefill(st, ids + p, k, from, w, out, &got, err, errlen)) return -1;
         rows += got;
-        done += k;
     }
     if (n_logits) *n_logits = rows;
     return 0;

@@ -48,17 +48,6 @@ void seqstate_reserve(seqstate_t *st, int L, int64_t n) {
     l->cap = cap;
 }
 
-size_t seqstate_bytes(const seqstate_t *st) {
-    const model_config_t *c = &st->m->cfg;
-    size_t n = 0;
-    for (int L = 0; L < c->n_layers; L++) {
-        const seq_layer_t *l = &st->layers[L];
-        n += (size_t)(l->ring.rows * l->ring.cols + l->cap * (l->pool.cols + l->keys.cols) +
-                      l->pend_z.rows * l->pend_z.cols + l->pend_s.rows * l->pend_s.cols) * 4;
-    }
-    return n;
-}
-
 void seqstate_free(seqstate_t *st) {
     if (!st) return;
     backend_t *bk = st->m->bk;

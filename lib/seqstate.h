@@ -45,7 +45,4 @@ void seqstate_free(seqstate_t *st);
 /* Room for n pool entries in KV-source layer L. */
 void seqstate_reserve(seqstate_t *st, int L, int64_t n);
 
-/* Bytes of backend memory the state uses (the growing part at its current size). */
-size_t seqstate_bytes(const seqstate_t *st);
-
 #endif

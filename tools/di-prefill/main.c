@@ -7,6 +7,7 @@
 #include "forward.h"
 #include "threadpool.h"
 #include "logits_report.h"
+#include "seqstate_io.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -99,9 +100,13 @@ int main(int argc, char **argv) {
                        sizeof err))
         die("%s", err);
     double ms = (double)(now_ns() - t0) / 1e6;
-    if (common.stats)
-        fprintf(stderr, "di-prefill: %zu tokens in %.1f ms (%.0f tokens/s), %d threads\n", ids.n, ms, (double)ids.n / ms * 1e3,
-                threads ? (int)threads : tp_default_threads());
+    if (common.stats) {
+        buf_t bytes = {0};
+        seqstate_serialize(st, &bytes);
+        fprintf(stderr, "di-prefill: %zu tokens in %.1f ms (%.0f tokens/s), %d threads; state %zu bytes\n", ids.n, ms,
+                (double)ids.n / ms * 1e3, threads ? (int)threads : tp_default_threads(), bytes.len);
+        buf_free(&bytes);
+    }
     logits_report_opts_t ro = {model_dir, st->qat, replay, (int)top_k, json, tok};
     logits_report(stdout, &ro, ids.v, (int64_t)ids.n, logits, rows, (int64_t)ids.n - rows, V);
     free(logits);
