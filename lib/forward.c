@@ -131,9 +131,13 @@ static void head(fwd_t *f, int64_t r0, int64_t nr, float *logits) {
     bk_tensor_t xc = bk_rows(f->xc, r0, nr), cF = bk_rows(f->coefF, r0, nr);
     bk->hc_collapse(bk, xc, bk_rows(f->X, r0, nr), bk_cols(cF, 0, c->hc_mult), c->hc_mult);
     bk->rmsnorm(bk, xc, xc, &f->m->norm, (float)c->rms_norm_eps);
-    bk_tensor_t out = bk->alloc(bk, BK_F32, nr, c->vocab_size);
-    bk->matmul(bk, out, xc, f->m->head, 0);
-    bk->download(bk, logits, out);
+    enum { BLOCK = 64 }; /* rows of vocab-wide logits in flight */
+    bk_tensor_t out = bk->alloc(bk, BK_F32, nr < BLOCK ? nr : BLOCK, c->vocab_size);
+    for (int64_t r = 0; r < nr; r += BLOCK) {
+        int64_t k = nr - r < BLOCK ? nr - r : BLOCK;
+        bk->matmul(bk, bk_rows(out, 0, k), bk_rows(xc, r, k), f->m->head, 0);
+        bk->download(bk, logits + (size_t)r * (size_t)c->vocab_size, bk_rows(out, 0, k));
+    }
     bk->release(bk, &out);
 }
 
