@@ -11,7 +11,13 @@
  * Bounded replay runs the encoder and the first decoder layer (whose compressor writes the
  * decoder's shared KV pool) on every token and the later decoder layers only on the last N
  * prompt tokens ("variant A" of MODEL_V41 §7: fastllm, vLLM); their windows then start at
- * the replay start, which changes the logits (measured in BENCHMARKS.md, "Bounded replay"). */
+ * the replay start, which changes the logits (measured in BENCHMARKS.md, "Bounded replay").
+ *
+ * Other model types: the forward branches on the layer schedule's flags, never on the
+ * architecture. DeepSeek-V4 (MODEL.md) would add flags its schedule builder sets (an
+ * overlapping ratio-4 compressor with position biases, HCA layers that attend to every visible
+ * entry without an indexer, per-head query norm, hash-routed MoE layers, mHC with its own pre
+ * and an hc_head) and the few ops they need, inside this same block loop. */
 #ifndef DI_FORWARD_H
 #define DI_FORWARD_H
 
