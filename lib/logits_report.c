@@ -40,6 +40,14 @@ static int top(const float *row, int64_t vocab, int k, entry_t *out, double *log
     for (int64_t v = 0; v < vocab; v++) mx = fmax(mx, row[v]);
     for (int64_t v = 0; v < vocab; v++) z += exp((double)row[v] - mx);
     *log_z = mx + log(z);
+    if (k > 64) { /* many: sort them all */
+        entry_t *all = xmalloc((size_t)vocab * sizeof *all);
+        for (int64_t v = 0; v < vocab; v++) all[v] = (entry_t){row[v], (uint32_t)v};
+        qsort(all, (size_t)vocab, sizeof *all, by_logit);
+        memcpy(out, all, (size_t)k * sizeof *out);
+        free(all);
+        return k;
+    }
     int n = 0;
     for (int64_t v = 0; v < vocab; v++) {
         entry_t e = {row[v], (uint32_t)v};
