@@ -289,6 +289,42 @@ static void test_state_roundtrip(void) {
     }
 }
 
+/* A state taken mid-prompt and after a replayed prefill (decoder windows starting late) carries
+ * on exactly like the state it was copied from. */
+static void test_state_after_replay(void) {
+    cfg_t *c = &cfgs[1];
+    uint32_t *ids = random_ids(70, c->vocab, 9);
+    int V = c->vocab;
+    float *a = xmalloc((size_t)V * 4), *b = xmalloc((size_t)V * 4);
+    for (int cut = 0; cut < 2; cut++) {
+        /* cut 0: after 24 of 50 prompt tokens (decoder layers not run yet); cut 1: after the prompt */
+        seqstate_t *st = seqstate_new(&c->m, true);
+        int first = cut ? 50 : 24;
+        CHECK(forward_prefill(st, ids, first, 30, FWD_LOGITS_NONE, NULL, NULL, err, sizeof err) == 0);
+        buf_t bytes = {0};
+        seqstate_serialize(st, &bytes);
+        seqstate_t *copy = seqstate_deserialize(&c->m, bytes.data, bytes.len, err, sizeof err);
+        CHECKF(copy, "%s", err);
+        if (!copy) continue;
+        if (!cut) {
+            CHECK(forward_prefill(st, ids + 24, 26, 30, FWD_LOGITS_LAST, a, NULL, err, sizeof err) == 0);
+            CHECK(forward_prefill(copy, ids + 24, 26, 30, FWD_LOGITS_LAST, b, NULL, err, sizeof err) == 0);
+            CHECK(!memcmp(a, b, (size_t)V * 4));
+        }
+        CHECK(st->layers[c->m.cfg.n_layers - 1].win_lo == 30);
+        int bad = 0;
+        for (int p = 50; p < 70; p++) {
+            CHECK(forward_step(st, ids[p], a, err, sizeof err) == 0 && forward_step(copy, ids[p], b, err, sizeof err) == 0);
+            bad += memcmp(a, b, (size_t)V * 4) != 0;
+        }
+        CHECK_EQ(bad, 0);
+        seqstate_free(st);
+        seqstate_free(copy);
+        buf_free(&bytes);
+    }
+    free(a), free(b), free(ids);
+}
+
 /* With QAT on the packed sections make the state about 4x smaller than fp32. */
 static void test_state_packed_size(void) {
     cfg_t *c = &cfgs[0];
@@ -440,6 +476,7 @@ int main(void) {
         RUN(test_golden_qat_on);
         RUN(test_chunks_and_steps_match_oneshot);
         RUN(test_state_roundtrip);
+        RUN(test_state_after_replay);
         RUN(test_state_packed_size);
         RUN(test_state_refusals);
         RUN(test_bad_token_refused);
