@@ -17,7 +17,7 @@ static cli_opt_t common_opts(cli_common_t *c, int i)
         {"out-peers", CLI_INT, &c->out_peers, "N", "processes sharing a socket --out: end-of-stream waits for N of them", 0, 100000},
         {"eos-timeout", CLI_DOUBLE, &c->eos_timeout, "SEC", "how long frames wait for a socket peer when none is connected (30)", 0, 0},
         {"stats", CLI_FLAG, &c->stats, NULL, "print per-stage counts and timings on stderr at exit", 0, 0},
-        {"verbose", CLI_FLAG, &verbose_flag, NULL, "log more (info, repeat-free)", 0, 0},
+        {"verbose", CLI_FLAG, &verbose_flag, NULL, "log more (info messages too)", 0, 0},
         {"quiet", CLI_FLAG, &quiet_flag, NULL, "log errors only", 0, 0},
         {"help", CLI_FLAG, &help_flag, NULL, "show this help and exit", 0, 0},
         {"version", CLI_FLAG, &version_flag, NULL, "show the version and exit", 0, 0},
