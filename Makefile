@@ -34,6 +34,7 @@ DRIVER_BINS := $(patsubst tests/drivers/%.c,$(BUILD)/drivers/%,$(wildcard tests/
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 .PHONY: all tools tests setup deps data demo check asan check-asan fuzz clean
+.SECONDARY: # keep the objects make would treat as intermediate
 all: tools tests
 
 tools: $(TOOL_BINS)
