@@ -9,6 +9,7 @@ const char *frame_type_name(frame_type_t t)
 {
     switch (t) {
     case FRAME_REQUEST: return "request";
+    case FRAME_STATE: return "state";
     case FRAME_TOKENS: return "tokens";
     case FRAME_DONE: return "done";
     case FRAME_ERROR: return "error";
@@ -87,6 +88,7 @@ void frame_free(frame_t *f)
     free(f->constraint.text);
     frame_meta_free(&f->meta);
     free(f->logprobs);
+    free(f->state);
     free(f->finish_reason);
     free(f->stage);
     free(f->code);
@@ -227,6 +229,7 @@ static size_t body_fields(const frame_t *f)
 {
     switch (f->type) {
     case FRAME_REQUEST: return 5 + (f->constraint.kind != CONSTRAINT_NONE);
+    case FRAME_STATE: return 6 + (f->constraint.kind != CONSTRAINT_NONE) + (f->logprobs != NULL);
     case FRAME_TOKENS: return 3 + (f->logprobs != NULL) + f->has_meta;
     case FRAME_DONE: return 4 + f->has_meta;
     case FRAME_ERROR: return 5 + f->has_meta;
@@ -251,8 +254,18 @@ void frame_encode(const frame_t *f, buf_t *out)
     }
     switch (f->type) {
     case FRAME_REQUEST:
-        pack_str(&pk, "prompt");
+    case FRAME_STATE:
+        pack_str(&pk, f->type == FRAME_REQUEST ? "prompt" : "tokens");
         pack_ids(&pk, f->tokens, f->n_tokens);
+        if (f->type == FRAME_STATE) {
+            if (f->logprobs) {
+                pack_str(&pk, "logprobs");
+                pack_logprobs(&pk, f->logprobs, f->n_tokens);
+            }
+            pack_str(&pk, "state");
+            msgpack_pack_bin(&pk, f->state_len);
+            msgpack_pack_bin_body(&pk, f->state, f->state_len);
+        }
         pack_str(&pk, "params");
         pack_params(&pk, &f->params);
         if (f->constraint.kind != CONSTRAINT_NONE) {
@@ -296,7 +309,7 @@ void frame_encode(const frame_t *f, buf_t *out)
         }
         break;
     }
-    if (f->has_meta && f->type != FRAME_REQUEST && f->type != FRAME_EOS) {
+    if (f->has_meta && f->type != FRAME_REQUEST && f->type != FRAME_STATE && f->type != FRAME_EOS) {
         pack_str(&pk, "meta");
         pack_meta(&pk, &f->meta);
     }

@@ -12,7 +12,7 @@
 #define FRAME_VERSION 1
 
 /* Bounds applied while decoding; anything larger is a malformed frame. */
-#define FRAME_MAX_BYTES      (256u << 20) /* one frame on the wire */
+#define FRAME_MAX_BYTES      (1u << 30)   /* one frame on the wire (state frames are the big ones) */
 #define FRAME_MAX_TOKENS     (16u << 20)  /* token ids in one frame */
 #define FRAME_MAX_STRING     (64u << 20)  /* one string field */
 #define FRAME_MAX_HOPS       64           /* trace entries */
@@ -23,11 +23,14 @@
 
 typedef enum {
     FRAME_REQUEST = 1, /* a request ready for the model: prompt ids and parameters */
+    FRAME_STATE,       /* a prefilled request: its sequence state and first token, for decode */
     FRAME_TOKENS,      /* new output token ids for one request */
     FRAME_DONE,        /* a request finished; usage */
     FRAME_ERROR,       /* a request failed at some stage; its only remaining frame */
     FRAME_EOS,         /* end of stream, with the ledger of what was announced */
 } frame_type_t;
+
+#define FRAME_TYPE_LAST FRAME_EOS
 
 const char *frame_type_name(frame_type_t t);
 
@@ -106,15 +109,19 @@ typedef struct {
     frame_hop_t *hops;
     uint32_t n_hops;
 
-    /* REQUEST */
-    uint32_t *tokens;      /* REQUEST: prompt ids; TOKENS: new ids */
+    /* REQUEST and STATE */
+    uint32_t *tokens;      /* REQUEST: prompt ids; STATE and TOKENS: new output ids */
     uint32_t n_tokens;
     frame_params_t params;
     frame_constraint_t constraint;
-    bool has_meta;         /* REQUEST always; TOKENS/DONE/ERROR when attached */
+    bool has_meta;         /* REQUEST and STATE always; TOKENS/DONE/ERROR when attached */
     frame_meta_t meta;
 
-    /* TOKENS */
+    /* STATE: the serialized sequence state (seqstate_io.h, docs/STATE.md) */
+    uint8_t *state;
+    uint64_t state_len;
+
+    /* TOKENS (and STATE) */
     frame_logprob_t *logprobs; /* NULL or n_tokens entries */
 
     /* DONE */

@@ -287,11 +287,12 @@ typedef struct {
 
 enum {
     F_V, F_TYPE, F_ID, F_SEQ, F_TRACE, F_PROMPT, F_TOKENS, F_PARAMS, F_CONSTRAINT, F_META, F_LOGPROBS,
-    F_FINISH, F_USAGE, F_STAGE, F_CODE, F_MESSAGE, F_SENDER, F_ORIGIN, F_ANNOUNCED, F_SERVED, F_IDS, F_COUNT
+    F_STATE, F_FINISH, F_USAGE, F_STAGE, F_CODE, F_MESSAGE, F_SENDER, F_ORIGIN, F_ANNOUNCED, F_SERVED, F_IDS,
+    F_COUNT
 };
 static const char *field_names[F_COUNT] = {
     "v", "type", "id", "seq", "trace", "prompt", "tokens", "params", "constraint", "meta", "logprobs",
-    "finish_reason", "usage", "stage", "code", "message", "sender", "origin", "announced", "served", "ids"};
+    "state", "finish_reason", "usage", "stage", "code", "message", "sender", "origin", "announced", "served", "ids"};
 
 static bool top_field(dec_t *d, const char *k, uint32_t n, void *ctx, bool *known)
 {
@@ -319,6 +320,15 @@ static bool top_field(dec_t *d, const char *k, uint32_t n, void *ctx, bool *know
     case F_CONSTRAINT: return read_map(d, constraint_field, &f->constraint);
     case F_META: f->has_meta = true; return read_map(d, meta_field, &f->meta);
     case F_LOGPROBS: return read_logprobs(d, f, &t->n_logprobs);
+    case F_STATE: {
+        const uint8_t *bytes;
+        uint32_t n;
+        if (!check(d, mpr_bin(&d->r, &bytes, &n))) return false;
+        f->state = xmalloc(n ? n : 1);
+        memcpy(f->state, bytes, n);
+        f->state_len = n;
+        return true;
+    }
     case F_FINISH: return read_text(d, 64, &f->finish_reason);
     case F_USAGE: return read_map(d, usage_field, f);
     case F_STAGE: return read_text(d, 256, &f->stage);
@@ -352,7 +362,7 @@ static bool validate(dec_t *d, top_t *t)
         return bad(d, "unsupported protocol version %llu (this build speaks %d)", (unsigned long long)t->version,
                    FRAME_VERSION);
     if (!t->type) return bad(d, "frame without required field 'type'");
-    static const frame_type_t types[] = {FRAME_REQUEST, FRAME_TOKENS, FRAME_DONE, FRAME_ERROR, FRAME_EOS};
+    static const frame_type_t types[] = {FRAME_REQUEST, FRAME_STATE, FRAME_TOKENS, FRAME_DONE, FRAME_ERROR, FRAME_EOS};
     bool found = false;
     for (size_t i = 0; i < DI_ARRAY_LEN(types); i++)
         if (!strcmp(t->type, frame_type_name(types[i]))) f->type = types[i], found = true;
@@ -362,6 +372,10 @@ static bool validate(dec_t *d, top_t *t)
         if (!require(d, t, 1u << F_ID | 1u << F_PROMPT)) return false;
         f->has_meta = true; /* a request without meta is a plain-prompt request */
         break;
+    case FRAME_STATE:
+        if (!require(d, t, 1u << F_ID | 1u << F_TOKENS | 1u << F_STATE)) return false;
+        f->has_meta = true;
+        __attribute__((fallthrough)); /* tokens and logprobs as in a tokens frame */
     case FRAME_TOKENS:
         if (!require(d, t, 1u << F_ID | 1u << F_TOKENS)) return false;
         if (f->logprobs && t->n_logprobs != f->n_tokens)
@@ -383,6 +397,8 @@ static bool validate(dec_t *d, top_t *t)
     if (t->id_nil && f->type != FRAME_ERROR) return bad(d, "%s frame with a nil id", t->type);
     if (f->type != FRAME_REQUEST && (t->seen & (1u << F_PROMPT)))
         return bad(d, "field 'prompt' belongs to request frames");
+    if (f->type != FRAME_STATE && (t->seen & (1u << F_STATE)))
+        return bad(d, "field 'state' belongs to state frames");
     if (f->type == FRAME_REQUEST && (t->seen & (1u << F_TOKENS)))
         return bad(d, "request frames carry 'prompt', not 'tokens'");
     if (f->constraint.kind == CONSTRAINT_NONE && (t->seen & (1u << F_CONSTRAINT)))

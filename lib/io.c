@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +110,7 @@ static void *open_socket(int type, const endpoints_t *eps, const cli_common_t *c
 
 bool frame_is_terminal(frame_type_t t)
 {
-    return t == FRAME_REQUEST || t == FRAME_DONE || t == FRAME_ERROR;
+    return t == FRAME_REQUEST || t == FRAME_STATE || t == FRAME_DONE || t == FRAME_ERROR;
 }
 
 /* ---- input ----------------------------------------------------------------------------- */
@@ -119,6 +120,7 @@ struct frame_in {
     void *sock;          /* ZeroMQ, or NULL for the stream */
     buf_t buf;           /* stream bytes not yet consumed, from buf.data[pos] */
     size_t pos;
+    size_t rescan_at;    /* bytes needed before an incomplete frame is scanned again */
     bool eof;
     bool closed;
     ledger_t ledger;
@@ -153,18 +155,32 @@ static in_result_t take_message(frame_in_t *in, const uint8_t *data, size_t len,
     return ledger_complete(&in->ledger) ? IN_END : IN_AGAIN;
 }
 
-static in_result_t next_from_stream(frame_in_t *in, frame_t *f, in_bad_t *bad)
+/* Waits until fd is readable or timeout_ms passes (-1: for ever); false on timeout. */
+static bool wait_readable(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int rc;
+    do rc = poll(&p, 1, timeout_ms);
+    while (rc < 0 && errno == EINTR);
+    return rc != 0;
+}
+
+static in_result_t next_from_stream(frame_in_t *in, frame_t *f, in_bad_t *bad, int timeout_ms)
 {
     for (;;) {
         size_t avail = in->buf.len - in->pos;
-        if (avail) {
+        /* A frame still incomplete is scanned again only once the bytes have doubled, so a
+         * large frame arriving in pipe-sized pieces costs linear time, not quadratic. */
+        if (avail && (avail >= in->rescan_at || in->eof)) {
             int64_t n = frame_wire_length(in->buf.data + in->pos, avail, bad->reason, sizeof bad->reason);
             if (n < 0) return IN_FATAL;
             if (n > 0) {
                 const uint8_t *msg = in->buf.data + in->pos;
                 in->pos += (size_t)n;
+                in->rescan_at = 0;
                 return take_message(in, msg, (size_t)n, f, bad);
             }
+            in->rescan_at = 2 * avail;
         }
         if (in->eof) {
             if (avail) {
@@ -173,13 +189,14 @@ static in_result_t next_from_stream(frame_in_t *in, frame_t *f, in_bad_t *bad)
             }
             return IN_END;
         }
+        if (timeout_ms >= 0 && !wait_readable(STDIN_FILENO, timeout_ms)) return IN_IDLE;
         /* Compact, then read more. */
         if (in->pos) {
             memmove(in->buf.data, in->buf.data + in->pos, avail);
             in->buf.len = avail;
             in->pos = 0;
         }
-        buf_reserve(&in->buf, 1 << 16);
+        buf_reserve(&in->buf, avail > (1 << 16) ? avail : (1 << 16));
         ssize_t got = read(STDIN_FILENO, in->buf.data + in->buf.len, in->buf.cap - in->buf.len - 1);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) {
@@ -191,8 +208,15 @@ static in_result_t next_from_stream(frame_in_t *in, frame_t *f, in_bad_t *bad)
     }
 }
 
-static in_result_t next_from_socket(frame_in_t *in, frame_t *f, in_bad_t *bad)
+static in_result_t next_from_socket(frame_in_t *in, frame_t *f, in_bad_t *bad, int timeout_ms)
 {
+    if (timeout_ms >= 0) {
+        zmq_pollitem_t item = {.socket = in->sock, .events = ZMQ_POLLIN};
+        int rc;
+        do rc = zmq_poll(&item, 1, timeout_ms);
+        while (rc < 0 && errno == EINTR);
+        if (rc == 0) return IN_IDLE;
+    }
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     int rc;
@@ -222,13 +246,13 @@ static in_result_t next_from_socket(frame_in_t *in, frame_t *f, in_bad_t *bad)
     return r;
 }
 
-in_result_t frame_in_next(frame_in_t *in, frame_t *f, in_bad_t *bad)
+in_result_t frame_in_poll(frame_in_t *in, frame_t *f, in_bad_t *bad, int timeout_ms)
 {
     for (;;) {
         *bad = (in_bad_t){0};
         if (ledger_complete(&in->ledger)) return IN_END;
         if (in->closed) return IN_END;
-        in_result_t r = in->sock ? next_from_socket(in, f, bad) : next_from_stream(in, f, bad);
+        in_result_t r = in->sock ? next_from_socket(in, f, bad, timeout_ms) : next_from_stream(in, f, bad, timeout_ms);
         if (r == IN_END && !in->ledger.heard)
             log_warn("input ended without an end-of-stream frame (did an upstream stage fail?)");
         else if (r == IN_END && !ledger_complete(&in->ledger))
@@ -236,6 +260,11 @@ in_result_t frame_in_next(frame_in_t *in, frame_t *f, in_bad_t *bad)
                      (unsigned long long)in->ledger.served, (unsigned long long)in->ledger.announced);
         if (r != IN_AGAIN) return r;
     }
+}
+
+in_result_t frame_in_next(frame_in_t *in, frame_t *f, in_bad_t *bad)
+{
+    return frame_in_poll(in, f, bad, -1);
 }
 
 const ledger_t *frame_in_ledger(const frame_in_t *in)

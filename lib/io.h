@@ -19,6 +19,7 @@ typedef struct frame_in frame_in_t;
 typedef struct frame_out frame_out_t;
 
 typedef enum {
+    IN_IDLE = 2,  /* frame_in_poll: nothing arrived in time */
     IN_FRAME = 1, /* *f holds a frame */
     IN_END = 0,   /* input complete (or closed); see frame_in_ledger */
     IN_BAD = -1,  /* one malformed frame, skipped; bad->reason says why, bad->id names it if known */
@@ -34,12 +35,15 @@ typedef struct {
 /* Transfer counters, for --stats. */
 typedef struct {
     uint64_t frames, bytes, bad;
-    uint64_t by_type[FRAME_EOS + 1];
+    uint64_t by_type[FRAME_TYPE_LAST + 1];
 } io_counters_t;
 
 /* Both die with a one-line reason on a malformed endpoint or one that cannot be bound. */
 frame_in_t *frame_in_open(const char *spec, const cli_common_t *common);
 in_result_t frame_in_next(frame_in_t *in, frame_t *f, in_bad_t *bad);
+/* The same, waiting at most timeout_ms (0: only what is already there; -1: for ever): a stage
+ * with work in hand (a decode batch) checks for new frames between steps. */
+in_result_t frame_in_poll(frame_in_t *in, frame_t *f, in_bad_t *bad, int timeout_ms);
 const ledger_t *frame_in_ledger(const frame_in_t *in);
 const io_counters_t *frame_in_counters(const frame_in_t *in);
 /* Stops receiving (upstream sees the disconnect), keeps the ledger readable. */
@@ -53,7 +57,7 @@ void frame_out_send(frame_out_t *out, const frame_t *f);
  * what this output carried), closes and frees out. With no ledger heard, no eos is written. */
 void frame_out_finish(frame_out_t *out, const ledger_t *ledger);
 const io_counters_t *frame_out_counters(const frame_out_t *out);
-/* Requests this output served: terminal frames (request, done, error) written. */
+/* Requests this output served: terminal frames (request, state, done, error) written. */
 uint64_t frame_out_served(const frame_out_t *out);
 
 /* Call once at exit after closing everything: waits for queued socket frames to leave. */

@@ -172,6 +172,10 @@ void sink_frame(sink_t *s, const frame_t *f)
         else answer_error(s, f->seq, f->id, &f->meta, "di-detok", "bad_frame", err, f, in_us);
         break;
     }
+    case FRAME_STATE:
+        answer_error(s, f->seq, f->id, &f->meta, "di-detok", "misrouted",
+                     "a state frame reached the sink: the pipeline has no di-decode after di-prefill", f, in_us);
+        break;
     case FRAME_TOKENS: {
         pending_t *p = pending_for(s, f);
         json_t *delta = NULL;

@@ -12,7 +12,7 @@ static void print_counters(const char *stage, const char *dir, const io_counters
     fprintf(stderr, "%s: stats: %s_frames %llu\n", stage, dir, (unsigned long long)c->frames);
     fprintf(stderr, "%s: stats: %s_bytes %llu\n", stage, dir, (unsigned long long)c->bytes);
     if (c->bad) fprintf(stderr, "%s: stats: %s_bad %llu\n", stage, dir, (unsigned long long)c->bad);
-    for (int t = FRAME_REQUEST; t <= FRAME_EOS; t++)
+    for (int t = FRAME_REQUEST; t <= FRAME_TYPE_LAST; t++)
         if (c->by_type[t])
             fprintf(stderr, "%s: stats: %s_%s %llu\n", stage, dir, frame_type_name((frame_type_t)t),
                     (unsigned long long)c->by_type[t]);

@@ -84,6 +84,28 @@ static void test_request_round_trip(void)
     frame_free(&g);
 }
 
+static void test_state_round_trip(void)
+{
+    frame_t f, g;
+    fill_request(&f);
+    f.type = FRAME_STATE;
+    f.tokens[0] = 77;
+    f.n_tokens = 1;
+    f.state_len = 1000;
+    f.state = xmalloc(f.state_len);
+    for (uint64_t i = 0; i < f.state_len; i++) f.state[i] = (uint8_t)(i * 7);
+    CHECK(round_trips(&f, &g));
+    CHECK_EQ(g.type, FRAME_STATE);
+    CHECK_EQ(g.n_tokens, 1);
+    CHECK_EQ(g.tokens[0], 77);
+    CHECK_EQ(g.state_len, 1000);
+    CHECK(g.state && !memcmp(g.state, f.state, 1000));
+    CHECK(g.has_meta && g.meta.thinking);
+    CHECK_EQ(g.constraint.kind, CONSTRAINT_REGEX);
+    frame_free(&f);
+    frame_free(&g);
+}
+
 static void test_other_types_round_trip(void)
 {
     frame_t f, g;
@@ -179,6 +201,14 @@ static void test_missing_and_wrong_fields(void)
     key(&pk, "id");
     key(&pk, "r");
     expect_error(&b, "required field 'prompt'");
+
+    msgpack_packer_init(&pk, &b, to_buf);
+    head(&pk, 4, "state");
+    key(&pk, "id");
+    key(&pk, "r");
+    key(&pk, "tokens");
+    msgpack_pack_array(&pk, 0);
+    expect_error(&b, "required field 'state'");
 
     msgpack_packer_init(&pk, &b, to_buf);
     head(&pk, 2, "teleport");
@@ -315,6 +345,7 @@ static void test_hostile_sizes(void)
 int main(void)
 {
     RUN(test_request_round_trip);
+    RUN(test_state_round_trip);
     RUN(test_other_types_round_trip);
     RUN(test_missing_and_wrong_fields);
     RUN(test_bad_frame_keeps_id);
