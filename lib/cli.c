@@ -16,6 +16,7 @@ static cli_opt_t common_opts(cli_common_t *c, int i)
         {"hwm", CLI_INT, &c->hwm, "N", "ZeroMQ high-water mark in frames (backpressure)", 1, 10000000},
         {"out-peers", CLI_INT, &c->out_peers, "N", "processes sharing a socket --out: end-of-stream waits for N of them", 0, 100000},
         {"eos-timeout", CLI_DOUBLE, &c->eos_timeout, "SEC", "how long frames wait for a socket peer when none is connected (30)", 0, 0},
+        {"idle-timeout", CLI_DOUBLE, &c->idle_timeout, "SEC", "a socket --in ends, incomplete, once every upstream peer has been gone SEC (10)", 0, 0},
         {"stats", CLI_FLAG, &c->stats, NULL, "print per-stage counts and timings on stderr at exit", 0, 0},
         {"verbose", CLI_FLAG, &verbose_flag, NULL, "log more (info messages too)", 0, 0},
         {"quiet", CLI_FLAG, &quiet_flag, NULL, "log errors only", 0, 0},
@@ -77,7 +78,7 @@ static const cli_opt_t *find_opt(const cli_spec_t *spec, cli_common_t *c, const 
 void cli_parse(const cli_spec_t *spec, int argc, char **argv, cli_common_t *c)
 {
     log_init(spec->name);
-    *c = (cli_common_t){.in = "-", .out = "-", .hwm = 1000, .eos_timeout = 30.0};
+    *c = (cli_common_t){.in = "-", .out = "-", .hwm = 1000, .eos_timeout = 30.0, .idle_timeout = 10.0};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0 || !arg[2])
@@ -104,7 +105,7 @@ void cli_parse(const cli_spec_t *spec, int argc, char **argv, cli_common_t *c)
         printf("%s %s\n", spec->name, DI_VERSION);
         exit(0);
     }
-    if (c->eos_timeout < 0) die("--eos-timeout must not be negative");
+    if (c->eos_timeout < 0 || c->idle_timeout < 0) die("--eos-timeout and --idle-timeout must not be negative");
     if (verbose_flag) log_set_level(LOG_INFO);
     if (quiet_flag) log_set_level(LOG_ERROR);
 }

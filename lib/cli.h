@@ -25,6 +25,7 @@ typedef struct {
     int64_t hwm;          /* ZeroMQ high-water mark, frames */
     double eos_timeout;   /* seconds queued frames may wait for a peer once none is connected */
     int64_t out_peers;    /* processes sharing a socket output; eos waits until that many took it */
+    double idle_timeout;  /* seconds a socket input waits, incomplete, once every upstream peer left */
 } cli_common_t;
 
 typedef struct {

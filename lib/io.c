@@ -108,6 +108,59 @@ static void *open_socket(int type, const endpoints_t *eps, const cli_common_t *c
     return s;
 }
 
+/* ---- peers ------------------------------------------------------------------------------ */
+
+/* Counts the peers connected to a socket, from its monitor's connect/disconnect events. */
+typedef struct {
+    void *pair;      /* PAIR socket receiving the events */
+    int peers;       /* connected now */
+    int peers_seen;  /* connections ever made */
+} peer_monitor_t;
+
+static void peer_monitor_open(peer_monitor_t *m, void *sock)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "inproc://di-monitor-%p", (void *)m);
+    if (zmq_socket_monitor(sock, addr, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+        die("cannot monitor a socket: %s", zmq_strerror(errno));
+    m->pair = zmq_socket(zmq_context(), ZMQ_PAIR);
+    if (!m->pair || zmq_connect(m->pair, addr) != 0) die("cannot connect a socket monitor: %s", zmq_strerror(errno));
+}
+
+/* Apply pending connect/disconnect events to the counts. */
+static void peer_monitor_drain(peer_monitor_t *m)
+{
+    for (;;) {
+        zmq_msg_t head, addr;
+        zmq_msg_init(&head);
+        if (zmq_msg_recv(&head, m->pair, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&head);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&head) >= 2) memcpy(&event, zmq_msg_data(&head), 2);
+        bool more = zmq_msg_more(&head);
+        zmq_msg_close(&head);
+        if (more) {
+            zmq_msg_init(&addr);
+            zmq_msg_recv(&addr, m->pair, 0);
+            zmq_msg_close(&addr);
+        }
+        if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
+            m->peers++;
+            m->peers_seen++;
+        } else if (event == ZMQ_EVENT_DISCONNECTED && m->peers > 0)
+            m->peers--;
+    }
+}
+
+static void peer_monitor_close(peer_monitor_t *m, void *sock)
+{
+    zmq_socket_monitor(sock, NULL, 0);
+    zmq_close(m->pair);
+    m->pair = NULL;
+}
+
 bool frame_is_terminal(frame_type_t t)
 {
     return t == FRAME_REQUEST || t == FRAME_STATE || t == FRAME_DONE || t == FRAME_ERROR;
@@ -118,11 +171,15 @@ bool frame_is_terminal(frame_type_t t)
 struct frame_in {
     endpoints_t ep;
     void *sock;          /* ZeroMQ, or NULL for the stream */
+    peer_monitor_t mon;  /* upstream peers of sock */
+    double idle_timeout; /* seconds the input waits with every upstream peer gone */
+    uint64_t alone_since;
     buf_t buf;           /* stream bytes not yet consumed, from buf.data[pos] */
     size_t pos;
     size_t rescan_at;    /* bytes needed before an incomplete frame is scanned again */
     bool eof;
     bool closed;
+    bool ended;          /* IN_END was returned */
     ledger_t ledger;
     io_counters_t counters;
 };
@@ -131,7 +188,11 @@ frame_in_t *frame_in_open(const char *spec, const cli_common_t *c)
 {
     frame_in_t *in = xcalloc(1, sizeof *in);
     parse_endpoints(spec, "in", &in->ep);
-    if (!in->ep.is_stream) in->sock = open_socket(ZMQ_PULL, &in->ep, c, "in");
+    in->idle_timeout = c->idle_timeout;
+    if (!in->ep.is_stream) {
+        in->sock = open_socket(ZMQ_PULL, &in->ep, c, "in");
+        peer_monitor_open(&in->mon, in->sock);
+    }
     return in;
 }
 
@@ -208,14 +269,36 @@ static in_result_t next_from_stream(frame_in_t *in, frame_t *f, in_bad_t *bad, i
     }
 }
 
+/* Upstream gone: peers came, all left, and none came back for --idle-timeout seconds while
+ * the input is still incomplete (a worker died, or its eos can never come). */
+static bool upstream_gone(frame_in_t *in)
+{
+    peer_monitor_drain(&in->mon);
+    if (!in->mon.peers_seen || in->mon.peers > 0) {
+        in->alone_since = 0;
+        return false;
+    }
+    if (!in->alone_since) in->alone_since = now_ns();
+    return (double)(now_ns() - in->alone_since) / 1e9 >= in->idle_timeout;
+}
+
 static in_result_t next_from_socket(frame_in_t *in, frame_t *f, in_bad_t *bad, int timeout_ms)
 {
-    if (timeout_ms >= 0) {
+    uint64_t start = now_ns();
+    for (;;) {
+        /* Wake at least every 100 ms to notice an upstream that has gone. */
+        int left = timeout_ms < 0 ? 100 : timeout_ms - (int)((now_ns() - start) / 1000000);
+        if (left < 0) left = 0;
         zmq_pollitem_t item = {.socket = in->sock, .events = ZMQ_POLLIN};
         int rc;
-        do rc = zmq_poll(&item, 1, timeout_ms);
+        do rc = zmq_poll(&item, 1, left < 100 ? left : 100);
         while (rc < 0 && errno == EINTR);
-        if (rc == 0) return IN_IDLE;
+        if (rc > 0) break;
+        if (upstream_gone(in)) {
+            snprintf(bad->reason, sizeof bad->reason, "every upstream peer left %.0f s ago", in->idle_timeout);
+            return IN_END;
+        }
+        if (timeout_ms >= 0 && left == 0) return IN_IDLE;
     }
     zmq_msg_t msg;
     zmq_msg_init(&msg);
@@ -250,14 +333,18 @@ in_result_t frame_in_poll(frame_in_t *in, frame_t *f, in_bad_t *bad, int timeout
 {
     for (;;) {
         *bad = (in_bad_t){0};
-        if (ledger_complete(&in->ledger)) return IN_END;
-        if (in->closed) return IN_END;
+        if (ledger_complete(&in->ledger) || in->closed || in->ended) return IN_END;
         in_result_t r = in->sock ? next_from_socket(in, f, bad, timeout_ms) : next_from_stream(in, f, bad, timeout_ms);
-        if (r == IN_END && !in->ledger.heard)
-            log_warn("input ended without an end-of-stream frame (did an upstream stage fail?)");
-        else if (r == IN_END && !ledger_complete(&in->ledger))
-            log_warn("input ended with %llu of %llu announced requests served upstream",
-                     (unsigned long long)in->ledger.served, (unsigned long long)in->ledger.announced);
+        if (r == IN_END) {
+            in->ended = true;
+            const char *sep = bad->reason[0] ? ": " : "";
+            if (!in->ledger.heard)
+                log_warn("input ended without an end-of-stream frame%s%s (did an upstream stage fail?)", sep, bad->reason);
+            else if (!ledger_complete(&in->ledger))
+                log_warn("input ended with %llu of %llu announced requests served upstream%s%s",
+                         (unsigned long long)in->ledger.served, (unsigned long long)in->ledger.announced, sep,
+                         bad->reason);
+        }
         if (r != IN_AGAIN) return r;
     }
 }
@@ -280,6 +367,7 @@ const io_counters_t *frame_in_counters(const frame_in_t *in)
 void frame_in_close(frame_in_t *in)
 {
     if (in->sock) {
+        peer_monitor_close(&in->mon, in->sock);
         int linger = 0;
         zmq_setsockopt(in->sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(in->sock);
@@ -302,9 +390,7 @@ void frame_in_free(frame_in_t *in)
 struct frame_out {
     endpoints_t ep;
     void *sock;
-    void *monitor;       /* PAIR socket receiving connect/disconnect events of sock */
-    int peers;           /* connected now */
-    int peers_seen;      /* connections ever made */
+    peer_monitor_t mon;  /* downstream peers of sock */
     int64_t expect_peers;
     double eos_timeout;
     const char *stage;
@@ -312,44 +398,6 @@ struct frame_out {
     uint64_t served;
     io_counters_t counters;
 };
-
-static void open_monitor(frame_out_t *out)
-{
-    char addr[64];
-    snprintf(addr, sizeof addr, "inproc://di-monitor-%p", (void *)out);
-    if (zmq_socket_monitor(out->sock, addr, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
-        die("cannot monitor the output socket: %s", zmq_strerror(errno));
-    out->monitor = zmq_socket(zmq_context(), ZMQ_PAIR);
-    if (!out->monitor || zmq_connect(out->monitor, addr) != 0)
-        die("cannot connect the output monitor: %s", zmq_strerror(errno));
-}
-
-/* Apply pending connect/disconnect events to the peer count. */
-static void drain_monitor(frame_out_t *out)
-{
-    for (;;) {
-        zmq_msg_t head, addr;
-        zmq_msg_init(&head);
-        if (zmq_msg_recv(&head, out->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&head);
-            return;
-        }
-        uint16_t event = 0;
-        if (zmq_msg_size(&head) >= 2) memcpy(&event, zmq_msg_data(&head), 2);
-        bool more = zmq_msg_more(&head);
-        zmq_msg_close(&head);
-        if (more) {
-            zmq_msg_init(&addr);
-            zmq_msg_recv(&addr, out->monitor, 0);
-            zmq_msg_close(&addr);
-        }
-        if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
-            out->peers++;
-            out->peers_seen++;
-        }
-        else if (event == ZMQ_EVENT_DISCONNECTED && out->peers > 0) out->peers--;
-    }
-}
 
 frame_out_t *frame_out_open(const char *spec, const cli_common_t *c, const char *stage)
 {
@@ -363,7 +411,7 @@ frame_out_t *frame_out_open(const char *spec, const cli_common_t *c, const char 
         return out;
     }
     out->sock = open_socket(ZMQ_PUSH, &out->ep, c, "out");
-    open_monitor(out);
+    peer_monitor_open(&out->mon, out->sock);
     return out;
 }
 
@@ -420,12 +468,12 @@ static void offer_eos_on_socket(frame_out_t *out)
     int backoff = 10;
     uint64_t alone_since = 0;
     for (;;) {
-        drain_monitor(out);
-        if (out->peers <= 0) {
-            if (out->peers_seen >= out->expect_peers) break;
+        peer_monitor_drain(&out->mon);
+        if (out->mon.peers <= 0) {
+            if (out->mon.peers_seen >= out->expect_peers) break;
             if (!alone_since) alone_since = now_ns();
             if ((double)(now_ns() - alone_since) / 1e9 > out->eos_timeout) {
-                log_warn("only %d of --out-peers %lld connected before --eos-timeout", out->peers_seen,
+                log_warn("only %d of --out-peers %lld connected before --eos-timeout", out->mon.peers_seen,
                          (long long)out->expect_peers);
                 break;
             }
@@ -438,7 +486,7 @@ static void offer_eos_on_socket(frame_out_t *out)
     /* Peers that came and left took their eos (they leave once their input is complete), so
      * the copies still queued for them are spare. If nobody ever came, queued frames get
      * eos_timeout to reach a peer that connects late. */
-    int linger = out->peers_seen ? 0 : timeout_ms;
+    int linger = out->mon.peers_seen ? 0 : timeout_ms;
     zmq_setsockopt(out->sock, ZMQ_LINGER, &linger, sizeof linger);
 }
 
@@ -464,8 +512,7 @@ void frame_out_finish(frame_out_t *out, const ledger_t *ledger)
         else send_encoded(out, 0);
     }
     if (out->sock) {
-        zmq_socket_monitor(out->sock, NULL, 0);
-        zmq_close(out->monitor);
+        peer_monitor_close(&out->mon, out->sock);
         zmq_close(out->sock);
         out->sock = NULL;
     }

@@ -3,6 +3,7 @@
 
     py_stage.py sink  --in ENDPOINT            round-trip sink: like di-detok for request frames
     py_stage.py relay --in ENDPOINT --out ENDPOINT   forwards every frame (a do-nothing stage)
+                      [--die-after N]                dies abruptly after N frames (a crashed worker)
 
 ENDPOINT follows the tools' convention: "@tcp://..." binds, "tcp://..." connects."""
 import argparse, json, os, sys, time, uuid
@@ -68,6 +69,9 @@ def relay(args):
         f.setdefault("trace", []).append(["py-relay", now, now])
         out.send(msgpack.packb(f, use_bin_type=True))
         forwarded += 1
+        if forwarded == args.die_after:
+            time.sleep(0.2)  # let the frames already sent leave, then vanish without an eos
+            os._exit(3)
         served += f["type"] in TERMINAL
     inp.close(linger=0)  # upstream sees us leave once our input is complete
     eos = {"v": 1, "type": "eos", "sender": me, "origin": ledger["origin"], "announced": ledger["announced"],
@@ -85,6 +89,7 @@ if __name__ == "__main__":
     ap.add_argument("role", choices=["sink", "relay"])
     ap.add_argument("--in", dest="inp", required=True)
     ap.add_argument("--out")
+    ap.add_argument("--die-after", type=int, default=-1)
     ap.add_argument("--tokenizer", default=os.path.join(os.environ.get("DI_DATA", "data"), "tokenizer", "tokenizer.json"))
     a = ap.parse_args()
     sink(a) if a.role == "sink" else relay(a)

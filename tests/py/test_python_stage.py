@@ -74,8 +74,29 @@ def test_fan_out_fan_in(s):
             f"rcs {rcs}, {len(answers)} answers, forwarded {forwarded}, {[e[-300:] for e in errs]}")
 
 
+def test_worker_dies(s):
+    """One of two workers dies mid-run: every request still gets exactly one answer (the
+    lost ones as errors naming them) and the sink exits non-zero, saying so."""
+    data = requests(200)
+    pa, pb, p2 = free_port(), free_port(), free_port()
+    relay = PY_STAGE + ["relay", "--out", f"tcp://127.0.0.1:{p2}", "--in"]
+    out, rcs, errs = run_with_files([([tool("di-detok"), "--idle-timeout", "1", "--in", f"@tcp://:{p2}"], False, True),
+                                     (relay + [f"@tcp://:{pa}", "--die-after", "20"], False, False),
+                                     (relay + [f"@tcp://:{pb}"], False, False),
+                                     ([tool("di-tokenize"), "--out-peers", "2", "--eos-timeout", "2", "--out",
+                                       f"tcp://127.0.0.1:{pa},tcp://127.0.0.1:{pb}"], True, False)], data)
+    answers = json_lines(out)
+    seqs = sorted(a.get("id") or "" for a in answers)
+    lost = [a for a in answers if a.get("error", {}).get("code") == "lost"]
+    expected_ids = sorted(json.loads(l).get("id", "") if l.startswith(b"{\"") else "" for l in data.split(b"\n") if l)
+    ok = len(answers) == 200 and seqs == expected_ids and rcs[0] != 0 and rcs[1] == 3 and len(lost) >= 50
+    s.check(ok, f"a worker dies after 20 frames: 200 answers, {len(lost)} of them 'lost' errors, sink exits non-zero",
+            f"rcs {rcs}, {len(answers)} answers, {len(lost)} lost, {errs[0][-400:]}")
+
+
 if __name__ == "__main__":
     s = Suite()
     s.run(test_python_sink)
     s.run(test_fan_out_fan_in)
+    s.run(test_worker_dies)
     s.finish()
