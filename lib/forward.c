@@ -27,6 +27,8 @@ static void chunk_alloc(fwd_t *f) {
     A(u, n, c->o_groups * c->o_lora_rank);
     A(iq, n, c->index_n_heads * c->index_head_dim);
     A(iw, n, c->index_n_heads);
+    A(cz, n, hd);
+    A(cs, n, hd);
     A(gz, n + maxr, hd);
     A(gs, n + maxr, hd);
     A(lat, n, hd);
@@ -52,7 +54,7 @@ static void chunk_alloc(fwd_t *f) {
 static void chunk_free(fwd_t *f) {
     backend_t *bk = f->bk;
     bk_tensor_t *ts[] = {&f->X, &f->coefA, &f->coefF, &f->xc, &f->xin, &f->y, &f->cq, &f->q, &f->kv, &f->o, &f->u,
-                         &f->iq, &f->iw, &f->gz, &f->gs, &f->lat, &f->key, &f->ent, &f->rlog, &f->rwt, &f->ridx,
+                         &f->iq, &f->iw, &f->cz, &f->cs, &f->gz, &f->gs, &f->lat, &f->key, &f->ent, &f->rlog, &f->rwt, &f->ridx,
                          &f->ids, &f->cand, &f->erows, &f->eR, &f->ekv};
     for (size_t i = 0; i < DI_ARRAY_LEN(ts); i++)
         if (ts[i]->ptr) bk->release(bk, ts[i]);
@@ -61,25 +63,35 @@ static void chunk_free(fwd_t *f) {
     free(f->sel);
 }
 
-/* Token ids and the Engram rows of every chunk position (hashing is host integer work). */
-static void inputs(fwd_t *f, const uint32_t *ids) {
+/* Where a sequence's chunk sits in the batch: its first `head` tokens (positions the later
+ * decoder layers skip) at rows hr.., the rest at rows tr... */
+typedef struct {
+    int64_t head, hr, tr;
+} seq_rows_t;
+
+static int64_t row_of(const seq_rows_t *r, int64_t k) { return k < r->head ? r->hr + k : r->tr + k - r->head; }
+
+/* Token ids and the Engram rows of every batch row (hashing is host integer work). */
+static void inputs(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
     backend_t *bk = f->bk;
     const engram_hash_t *h = &f->m->engram;
-    int64_t n = f->n;
-    int32_t *tok = xmalloc((size_t)n * 4);
-    for (int64_t k = 0; k < n; k++) tok[k] = (int32_t)ids[k];
-    bk->upload(bk, f->ids, tok);
-    if (h->n_layers) {
-        int R = h->n_orders * h->n_heads;
-        int32_t *rows = xmalloc((size_t)(n * h->n_layers * R) * 4), ctx[MC_MAX_NGRAM];
-        for (int64_t k = 0; k < n; k++) {
+    int R = h->n_orders * h->n_heads;
+    int32_t *tok = xmalloc((size_t)f->n * 4), ctx[MC_MAX_NGRAM];
+    int32_t *rows = h->n_layers ? xmalloc((size_t)(f->n * h->n_layers * R) * 4) : NULL;
+    for (int i = 0; i < n_seqs; i++) {
+        const uint32_t *ids = seqs[i].ids;
+        for (int64_t k = 0; k < seqs[i].n; k++) {
+            int64_t row = row_of(&rows_of[i], k);
+            tok[row] = (int32_t)ids[k];
+            if (!rows) continue;
             for (int s = 0; s < h->max_ngram; s++)
-                ctx[s] = k - s >= 0 ? engram_compress(h, ids[k - s]) : f->st->hist[s - k - 1];
-            for (int e = 0; e < h->n_layers; e++) engram_rows(h, e, ctx, rows + (k * h->n_layers + e) * R);
+                ctx[s] = k - s >= 0 ? engram_compress(h, ids[k - s]) : seqs[i].st->hist[s - k - 1];
+            for (int e = 0; e < h->n_layers; e++) engram_rows(h, e, ctx, rows + (row * h->n_layers + e) * R);
         }
-        bk->upload(bk, f->erows, rows);
-        free(rows);
     }
+    bk->upload(bk, f->ids, tok);
+    if (rows) bk->upload(bk, f->erows, rows);
+    free(rows);
     free(tok);
 }
 
@@ -119,44 +131,84 @@ static void block(fwd_t *f, int L, int64_t k0) {
     bk->hc_expand(bk, X, y, cF, (int)hc);
 }
 
-/* First chunk row layer L runs on: later decoder layers skip positions before decoder_from. */
-static int64_t first_row(const fwd_t *f, int L, int64_t decoder_from) {
-    if (L <= f->c->first_decoder_layer || decoder_from <= f->p0) return 0;
-    return decoder_from - f->p0 < f->n ? decoder_from - f->p0 : f->n;
-}
+/* The head over the wanted rows: runs of batch rows collapsed into consecutive rows of xc,
+ * the norm, then vocab-wide logits in blocks of 64 rows, each downloaded to its destination. */
+typedef struct {
+    int64_t row;
+    float *dst;
+} head_row_t;
 
-static void head(fwd_t *f, int64_t r0, int64_t nr, float *logits) {
+static void head(fwd_t *f, const head_row_t *want, int64_t nw) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
-    bk_tensor_t xc = bk_rows(f->xc, r0, nr), cF = bk_rows(f->coefF, r0, nr);
-    bk->hc_collapse(bk, xc, bk_rows(f->X, r0, nr), bk_cols(cF, 0, c->hc_mult), c->hc_mult);
+    for (int64_t a = 0, b; a < nw; a = b) {
+        for (b = a + 1; b < nw && want[b].row == want[b - 1].row + 1;) b++;
+        int64_t r = want[a].row;
+        bk->hc_collapse(bk, bk_rows(f->xc, a, b - a), bk_rows(f->X, r, b - a), bk_cols(bk_rows(f->coefF, r, b - a), 0, c->hc_mult),
+                        c->hc_mult);
+    }
+    bk_tensor_t xc = bk_rows(f->xc, 0, nw);
     bk->rmsnorm(bk, xc, xc, &f->m->norm, (float)c->rms_norm_eps);
     enum { BLOCK = 64 }; /* rows of vocab-wide logits in flight */
-    bk_tensor_t out = bk->alloc(bk, BK_F32, nr < BLOCK ? nr : BLOCK, c->vocab_size);
-    for (int64_t r = 0; r < nr; r += BLOCK) {
-        int64_t k = nr - r < BLOCK ? nr - r : BLOCK;
+    bk_tensor_t out = bk->alloc(bk, BK_F32, nw < BLOCK ? nw : BLOCK, c->vocab_size);
+    for (int64_t r = 0; r < nw; r += BLOCK) {
+        int64_t k = nw - r < BLOCK ? nw - r : BLOCK;
         bk->matmul(bk, bk_rows(out, 0, k), bk_rows(xc, r, k), f->m->head, 0);
-        bk->download(bk, logits + (size_t)r * (size_t)c->vocab_size, bk_rows(out, 0, k));
+        for (int64_t i = 0; i < k; i++) bk->download(bk, want[r + i].dst, bk_rows(out, i, 1));
     }
     bk->release(bk, &out);
 }
 
-int forward_prefill(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t decoder_from, fwd_logits_t want,
-                    float *logits, int64_t *n_logits, char *err, size_t errlen) {
-    const model_t *m = st->m;
+/* Checks the batch before anything changes: token ids, one model, each state once. */
+static int check_batch(const fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+    for (int i = 0; i < n_seqs; i++) {
+        const seqstate_t *st = seqs[i].st;
+        int64_t V = st->m->cfg.vocab_size;
+        if (st->m != seqs[0].st->m) return snprintf(err, errlen, "a batch mixes states of two models"), -1;
+        for (int j = 0; j < i; j++)
+            if (seqs[j].st == st) return snprintf(err, errlen, "a state appears twice in one batch"), -1;
+        for (int64_t k = 0; k < seqs[i].n; k++)
+            if (seqs[i].ids[k] >= (uint64_t)V) {
+                snprintf(err, errlen, "token id %u at position %lld is outside the vocabulary (%lld)", seqs[i].ids[k],
+                         (long long)(st->T + k), (long long)V);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+    for (int i = 0; i < n_seqs; i++) seqs[i].n_logits = 0;
+    if (check_batch(seqs, n_seqs, err, errlen)) return -1;
+    /* lay out rows: every head piece first, then every tail piece */
+    seq_rows_t *rows = xcalloc((size_t)n_seqs + 1, sizeof *rows);
+    fwd_piece_t *pieces = xcalloc(2 * (size_t)n_seqs + 1, sizeof *pieces);
+    int np = 0;
+    int64_t n = 0, k0 = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        int64_t from = seqs[i].decoder_from, T = seqs[i].st->T, len = seqs[i].n;
+        rows[i].head = from < 0 || from <= T ? 0 : from - T < len ? from - T : len;
+        rows[i].hr = n;
+        if (rows[i].head) pieces[np++] = (fwd_piece_t){.st = seqs[i].st, .r0 = n, .n = rows[i].head, .p0 = T};
+        n += rows[i].head;
+    }
+    k0 = n;
+    for (int i = 0; i < n_seqs; i++) {
+        int64_t len = seqs[i].n - rows[i].head;
+        rows[i].tr = n;
+        if (len > 0) pieces[np++] = (fwd_piece_t){.st = seqs[i].st, .r0 = n, .n = len, .p0 = seqs[i].st->T + rows[i].head};
+        n += len;
+    }
+    if (n == 0) {
+        free(rows), free(pieces);
+        return 0;
+    }
+    const model_t *m = seqs[0].st->m;
     const model_config_t *c = &m->cfg;
-    if (n_logits) *n_logits = 0;
-    for (int64_t k = 0; k < n; k++)
-        if (ids[k] >= (uint64_t)c->vocab_size) {
-            snprintf(err, errlen, "token id %u at position %lld is outside the vocabulary (%lld)", ids[k],
-                     (long long)(st->T + k), (long long)c->vocab_size);
-            return -1;
-        }
-    if (n <= 0) return 0;
-    fwd_t f = {.st = st, .m = m, .c = c, .bk = m->bk, .n = n, .p0 = st->T};
+    fwd_t f = {.m = m, .c = c, .bk = m->bk, .n = n, .pieces = pieces, .n_pieces = np, .k0 = k0};
     backend_t *bk = f.bk;
     chunk_alloc(&f);
-    inputs(&f, ids);
+    inputs(&f, seqs, n_seqs, rows);
     bk->gather(bk, f.xc, m->embed, f.ids);
     bk->hc_fill(bk, f.X, f.xc, c->hc_mult);
     float *one_hot = xcalloc((size_t)(n * f.coefF.cols), 4); /* block 0 reads stream 0 */
@@ -164,27 +216,57 @@ int forward_prefill(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t deco
     bk->upload(bk, f.coefF, one_hot);
     free(one_hot);
     for (int L = 0; L < c->n_layers; L++) {
-        int64_t k0 = first_row(&f, L, decoder_from);
-        if (k0 < n) block(&f, L, k0);
+        int64_t from = L <= c->first_decoder_layer ? 0 : k0;
+        if (from < n) block(&f, L, from);
     }
-    int64_t r0 = first_row(&f, c->n_layers - 1, decoder_from);
-    if (want != FWD_LOGITS_NONE && r0 < n) {
-        if (want == FWD_LOGITS_LAST) r0 = n - 1;
-        head(&f, r0, n - r0, logits);
-        if (n_logits) *n_logits = n - r0;
+    /* logits: the tail rows (ALL) or the last row (LAST) of each sequence whose chunk reaches the decoder */
+    head_row_t *want = xmalloc((size_t)(n + 1) * sizeof *want);
+    int64_t nw = 0, V = c->vocab_size;
+    for (int i = 0; i < n_seqs; i++) {
+        int64_t tail = seqs[i].n - rows[i].head;
+        if (seqs[i].want == FWD_LOGITS_NONE || tail <= 0) continue;
+        int64_t first = seqs[i].want == FWD_LOGITS_ALL ? 0 : tail - 1;
+        for (int64_t k = first; k < tail; k++) want[nw++] = (head_row_t){rows[i].tr + k, seqs[i].logits + (size_t)(k - first) * (size_t)V};
+        seqs[i].n_logits = tail - first;
     }
+    if (nw) head(&f, want, nw);
+    free(want);
     chunk_free(&f);
     /* Engram history: the newest max_ngram - 1 compressed ids */
-    int32_t hist[MC_MAX_NGRAM];
-    for (int s = 0; s < MC_MAX_NGRAM; s++)
-        hist[s] = s < n ? (m->engram.map ? engram_compress(&m->engram, ids[n - 1 - s]) : 0) : st->hist[s - n];
-    memcpy(st->hist, hist, sizeof hist);
-    st->T += n;
+    for (int i = 0; i < n_seqs; i++) {
+        seqstate_t *st = seqs[i].st;
+        const uint32_t *ids = seqs[i].ids;
+        int64_t len = seqs[i].n;
+        int32_t hist[MC_MAX_NGRAM];
+        for (int s = 0; s < MC_MAX_NGRAM; s++)
+            hist[s] = s < len ? (m->engram.map ? engram_compress(&m->engram, ids[len - 1 - s]) : 0) : st->hist[s - len];
+        memcpy(st->hist, hist, sizeof hist);
+        st->T += len;
+    }
+    free(rows), free(pieces);
     return 0;
+}
+
+int forward_prefill(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t decoder_from, fwd_logits_t want,
+                    float *logits, int64_t *n_logits, char *err, size_t errlen) {
+    fwd_seq_t s = {st, ids, n > 0 ? n : 0, decoder_from, want, logits, 0};
+    int rc = forward_batch(&s, 1, err, errlen);
+    if (n_logits) *n_logits = s.n_logits;
+    return rc;
 }
 
 int forward_step(seqstate_t *st, uint32_t id, float *logits, char *err, size_t errlen) {
     return forward_prefill(st, &id, 1, -1, logits ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, logits, NULL, err, errlen);
+}
+
+int forward_step_batch(seqstate_t *const *sts, const uint32_t *ids, int n, float *logits, char *err, size_t errlen) {
+    fwd_seq_t *s = xcalloc((size_t)n + 1, sizeof *s);
+    for (int i = 0; i < n; i++)
+        s[i] = (fwd_seq_t){sts[i], ids + i, 1, -1, logits ? FWD_LOGITS_LAST : FWD_LOGITS_NONE,
+                           logits ? logits + (size_t)i * (size_t)sts[i]->m->cfg.vocab_size : NULL, 0};
+    int rc = forward_batch(s, n, err, errlen);
+    free(s);
+    return rc;
 }
 
 int forward_prompt(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t replay, int64_t chunk, fwd_logits_t want,

@@ -40,6 +40,30 @@ int forward_prefill(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t deco
 /* One decode step: the token at position st->T; logits gets vocab floats. */
 int forward_step(seqstate_t *st, uint32_t id, float *logits, char *err, size_t errlen);
 
+/* One sequence's part of a batched forward: its chunk, and which logits it wants (as
+ * forward_prefill; n_logits is set on return). */
+typedef struct {
+    seqstate_t *st;
+    const uint32_t *ids;
+    int64_t n;
+    int64_t decoder_from;
+    fwd_logits_t want;
+    float *logits;
+    int64_t n_logits;
+} fwd_seq_t;
+
+/* Several sequences' chunks in one forward (continuous batching, packed prefill): every
+ * weight is read once for all rows, while RoPE, compressor grouping, indexer and attention
+ * run per sequence. Each sequence gets exactly the numbers forward_prefill gives it alone
+ * (bit for bit on the CPU backend): the batch's composition and order change nothing. A state
+ * appears at most once; all share one model. 0, or -1 with err naming the first bad token id
+ * (then no state changes). */
+int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen);
+
+/* One decode step for n sequences: token ids[i] at position sts[i]->T; logits gets n rows of
+ * vocab floats. */
+int forward_step_batch(seqstate_t *const *sts, const uint32_t *ids, int n, float *logits, char *err, size_t errlen);
+
 #define FWD_DEFAULT_REPLAY 140  /* DeepInfer's bounded-replay tail (MODEL_V41 §7: unverified; 128 = window) */
 #define FWD_DEFAULT_CHUNK  512  /* prefill chunk: bounds the per-chunk scratch */
 

@@ -6,25 +6,47 @@
 
 #include "forward.h"
 
+/* A run of one sequence's rows in the batch. A sequence's chunk is one piece, or two under
+ * bounded replay when the chunk straddles the replay start: its head (positions the later
+ * decoder layers skip) and its tail. All head pieces come first, so the rows the later decoder
+ * layers run on are [k0, n) and every per-row op works on one contiguous range. Pieces of one
+ * sequence are in position order, and per-sequence work (RoPE, compressor groups, indexer,
+ * attention, window writes) visits pieces in array order. */
 typedef struct {
     seqstate_t *st;
+    int64_t r0, n;                  /* batch rows */
+    int64_t p0;                     /* position of row r0 */
+    int64_t lat0, g, j0;            /* compressor of the current layer: rows in lat, groups, first new entry */
+} fwd_piece_t;
+
+typedef struct {
     const model_t *m;
     const model_config_t *c;
     backend_t *bk;
-    int64_t n, p0;                  /* chunk rows, position of row 0 */
+    int64_t n;                      /* batch rows */
+    fwd_piece_t *pieces;
+    int n_pieces;
+    int64_t k0;                     /* rows [0, k0) are head pieces: later decoder layers skip them */
     bk_tensor_t X, coefA, coefF;    /* streams; attention-site and FFN-site mixes */
     bk_tensor_t xc, xin, y;         /* collapse, normed block input, block output (D wide) */
     bk_tensor_t cq, q, kv, o, u;    /* attention: q_norm(wq_a x), heads, window KV, output, grouped */
     bk_tensor_t iq, iw;             /* indexer query and head weights */
-    bk_tensor_t cz, cs, gz, gs, lat, key, ent; /* compressor */
+    bk_tensor_t cz, cs, gz, gs, lat, key, ent; /* compressor: projections of every row, one group run, latents */
     bk_tensor_t *sel;               /* per index-source layer: n x index_topk selections */
     bk_tensor_t cand;               /* n x candidate_topk_blocks */
     bk_tensor_t ids, erows, eR, ekv; /* token ids, Engram rows, gathered table rows, wkv output */
     bk_tensor_t rlog, ridx, rwt;    /* router */
 } fwd_t;
 
-/* Attention block of layer L for chunk rows [k0, n): reads f->xin, writes f->y, updates the
- * layer's window, pool, keys and pending state. */
+/* The pieces a layer runs on from row k0: all of them, or the tail pieces. */
+static inline bool fwd_piece_active(const fwd_piece_t *p, int64_t k0) { return p->r0 >= k0; }
+
+/* Applies a QAT rounding to t's rows of every active piece whose state has QAT on
+ * (lat: the pieces' compressor rows [lat0, lat0 + g) instead of their batch rows). */
+void fwd_qat(fwd_t *f, int64_t k0, bk_tensor_t t, qat_kind_t kind, int block, bool lat);
+
+/* Attention block of layer L for batch rows [k0, n): reads f->xin, writes f->y, updates each
+ * piece's window, pool, keys and pending state. */
 void fwd_attention(fwd_t *f, int L, int64_t k0);
 
 #endif
