@@ -300,6 +300,16 @@ static bool read_layer(reader_t *r, seqstate_t *st, int L) {
     return true;
 }
 
+int64_t seqstate_peek_positions(const void *data, size_t len) {
+    const uint8_t *p = data;
+    uint32_t version;
+    int64_t T;
+    if (len < 32 || memcmp(p, SEQSTATE_MAGIC, 8)) return -1;
+    memcpy(&version, p + 8, 4);
+    memcpy(&T, p + 24, 8);
+    return version == SEQSTATE_VERSION && T >= 0 && T <= SEQSTATE_MAX_T ? T : -1;
+}
+
 seqstate_t *seqstate_deserialize(const model_t *m, const void *data, size_t len, char *err, size_t errlen) {
     const model_config_t *c = &m->cfg;
     reader_t r = {data, len, 0, err, errlen, false};

@@ -24,6 +24,10 @@
 /* Appends the state's bytes to out. */
 void seqstate_serialize(const seqstate_t *st, buf_t *out);
 
+/* T as the header of a version-1 state states it, or -1 when the bytes do not start with one:
+ * for sizing work before the state is read (nothing else is checked; deserialize checks all). */
+int64_t seqstate_peek_positions(const void *data, size_t len);
+
 /* A new state for model m from len bytes. NULL with the reason in err. */
 seqstate_t *seqstate_deserialize(const model_t *m, const void *data, size_t len, char *err, size_t errlen);
 
