@@ -125,9 +125,9 @@ static void logprobs(const float *l, int64_t V, uint32_t chosen, int n_top, fram
 static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l, int64_t position) {
     int64_t V = s->vocab, n = V;
     cand_t *c = s->cand;
-    double inv_t = 1.0 / sp->temperature, mx = -INFINITY;
+    double mx = -INFINITY;
     for (int64_t v = 0; v < V; v++) {
-        c[v] = (cand_t){isnan(l[v]) ? -INFINITY : (double)l[v] * inv_t, (uint32_t)v};
+        c[v] = (cand_t){isnan(l[v]) ? -INFINITY : (double)l[v] / sp->temperature, (uint32_t)v};
         mx = c[v].p > mx ? c[v].p : mx;
     }
     bool ranked = false;
