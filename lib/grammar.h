@@ -130,6 +130,33 @@ bool grammar_matcher_rollback(grammar_matcher_t *m, uint32_t n);
 /* Tokens accepted so far. */
 uint32_t grammar_matcher_position(const grammar_matcher_t *m);
 
+/* ---- random walks ------------------------------------------------------------------ */
+
+/* Outputs made through the masks with random choices standing in for a model (tests,
+ * benchmarks): each step fills the mask and takes an allowed token by seed, EOS with
+ * probability 1/3 once allowed; after steer_after answer tokens, the allowed token that
+ * leaves the fewest bytes to complete (with every single byte in the vocabulary that count
+ * falls each step, so the output finishes); with thinking, think_tokens free tokens and
+ * then </think>. */
+typedef struct {
+    uint64_t seed;
+    uint32_t max_tokens;   /* 0: 2000 */
+    uint32_t steer_after;  /* 0: 48 */
+    uint32_t think_tokens; /* 0: 12 */
+    bool thinking;
+} grammar_walk_opts_t;
+
+typedef struct {
+    ids_t tokens;          /* every token taken, EOS included */
+    uint32_t answer_start; /* index of the first answer token (after </think>) */
+    bool finished;         /* EOS taken (else max_tokens, or a dead end) */
+    uint64_t *mask_ns;     /* per step, the time grammar_matcher_fill_mask took */
+    uint32_t n_mask_ns;
+} grammar_walk_t;
+
+void grammar_walk(grammar_t *g, const grammar_walk_opts_t *o, grammar_walk_t *out);
+void grammar_walk_free(grammar_walk_t *w);
+
 /* ---- cache -------------------------------------------------------------------------- */
 
 typedef struct grammar_cache grammar_cache_t;

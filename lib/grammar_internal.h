@@ -319,6 +319,9 @@ void g_walk_subtree(const grammar_t *g, gnodes_t *nodes, gcfg_t cfg, const trie_
 
 /* Links rule DFAs (rule 0 the start) into g's tables; false with c->err on refusal. */
 bool grammar_link(gctx_t *c, grammar_t *g, dfa_t **dfas, uint32_t n);
+/* The matcher's whole position (phase, state, the stack's return states) as numbers, for
+ * tests that enumerate distinct positions. Returns the count (written up to cap). */
+size_t grammar_matcher_key(const grammar_matcher_t *m, uint32_t *out, size_t cap);
 /* Computes the per-state token sets (grammar_mask.c). */
 void grammar_build_masks(grammar_t *g);
 void tokset_or(const grammar_vocab_t *v, const tokset_t *s, uint32_t *mask);

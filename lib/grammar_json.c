@@ -50,9 +50,40 @@ ast_t *json_string_any(gctx_t *c, uint32_t min, uint32_t max)
     return ast_seq3(c, ast_str(c, "\""), ast_repeat(c, string_char(c), min, max), ast_str(c, "\""));
 }
 
+/* Scalars as jansson writes them (strings in UTF-8, escapes only where JSON needs them);
+ * objects and arrays with the separators of the whitespace policy. */
 ast_t *json_literal(gctx_t *c, const void *json_value)
 {
-    char *s = json_dumps(json_value, JSON_COMPACT | JSON_ENCODE_ANY);
+    const json_t *v = json_value;
+    if (json_is_object(v) || json_is_array(v)) {
+        bool obj = json_is_object(v);
+        astv_t parts = {0};
+        astv_push(&parts, ast_str(c, obj ? "{" : "["));
+        size_t n = obj ? json_object_size(v) : json_array_size(v), i = 0;
+        void *it = obj ? json_object_iter((json_t *)v) : NULL;
+        for (; i < n; i++) {
+            if (i) astv_push(&parts, json_sep_comma(c));
+            const json_t *item;
+            if (obj) {
+                json_t *k = json_string(json_object_iter_key(it));
+                astv_push(&parts, json_literal(c, k));
+                json_decref(k);
+                astv_push(&parts, json_sep_colon(c));
+                item = json_object_iter_value(it);
+                it = json_object_iter_next((json_t *)v, it);
+            } else {
+                item = json_array_get(v, i);
+            }
+            ast_t *a = json_literal(c, item);
+            if (!a) break;
+            astv_push(&parts, a);
+        }
+        astv_push(&parts, ast_str(c, obj ? "}" : "]"));
+        ast_t *a = c->failed ? NULL : ast_concat(c, parts.v, parts.n);
+        astv_free(&parts);
+        return a;
+    }
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!s) {
         g_fail(c, "a value cannot be serialised");
         return NULL;

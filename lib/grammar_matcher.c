@@ -169,6 +169,18 @@ bool grammar_matcher_rollback(grammar_matcher_t *m, uint32_t n)
     return true;
 }
 
+size_t grammar_matcher_key(const grammar_matcher_t *m, uint32_t *out, size_t cap)
+{
+    size_t n = 0;
+    if (n < cap) out[n] = m->phase;
+    n++;
+    if (n < cap) out[n] = m->cfg.state;
+    n++;
+    for (uint32_t p = m->cfg.parent; p != G_NONE; p = m->nodes.v[p].parent, n++)
+        if (n < cap) out[n] = m->nodes.v[p].state;
+    return n;
+}
+
 bool grammar_match_bytes(const grammar_t *g, const uint8_t *s, size_t n)
 {
     gnodes_t nodes = {0};

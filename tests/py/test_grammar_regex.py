@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Regex constraints against PCRE2 (full match, UTF, $ only at the very end). For each regex
+of tests/data/grammar_regexes.jsonl:
+
+  - the listed strings that must (not) match do (not), for the grammar and for PCRE2 alike;
+  - outputs made through the token masks with the real V4 vocabulary (random allowed tokens
+    by seed, as the model loop will do it) all finish and are PCRE2 full matches;
+  - with thinking on, the reasoning is free and the answer still matches."""
+import json
+import os
+
+from grammar_driver import GrammarDriver
+from harness import ROOT, Suite
+
+CASES_FILE = os.path.join(ROOT, "tests", "data", "grammar_regexes.jsonl")
+SEEDS = list(range(1, 7))
+
+
+def load_cases():
+    with open(CASES_FILE, encoding="utf-8") as f:
+        return [(c["name"], c["regex"], c["match"], c["nomatch"]) for c in map(json.loads, f)]
+
+
+def test_cases(s, d):
+    for name, rx, yes, no in load_cases():
+        r = d.match("regex", rx, yes + no)
+        if not s.check("error" not in r, f"{name}: compiles", r.get("error")):
+            continue
+        want = [True] * len(yes) + [False] * len(no)
+        s.check(r["pcre2"] == want, f"{name}: the listed strings are what PCRE2 says", r["pcre2"])
+        s.check(r["results"] == want, f"{name}: the grammar agrees", list(zip(yes + no, r["results"])))
+        g = d.gen("regex", rx, SEEDS)
+        bad = [o for o, f, p in zip(g["outputs"], g["finished"], g["pcre2"]) if not (f and p)]
+        s.check(not bad, f"{name}: {len(SEEDS)} generated outputs are PCRE2 full matches", bad[:3])
+
+
+def test_thinking(s, d):
+    for name, rx, _, _ in load_cases()[:4]:
+        g = d.gen("regex", rx, SEEDS[:3], thinking=True)
+        ok = all(f and p for f, p in zip(g["finished"], g["pcre2"])) and all(g["reasoning"])
+        s.check(ok, f"{name}: thinking: free reasoning, then a matching answer", g)
+
+
+def main():
+    s = Suite()
+    d = GrammarDriver()
+    for fn in (test_cases, test_thinking):
+        try:
+            fn(s, d)
+        except Exception as e:  # noqa: BLE001 - reported as a failure
+            s.check(False, fn.__name__, repr(e))
+    d.close()
+    s.finish()
+
+
+if __name__ == "__main__":
+    main()
