@@ -24,8 +24,11 @@ for bin in build-fuzz/fuzz_*; do
         pass=$((pass + 1))
     else
         echo "not ok $name"
-        grep -E 'ERROR|SUMMARY|==[0-9]+==' "$work/log" | head -n 20
-        ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* 2>/dev/null | head -n 3
+        grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==|#[0-9]+ ' "$work/log" | head -n 30
+        tail -n 5 "$work/log"
+        for a in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+            [[ -f $a ]] && echo "input (base64): $(head -c 3000 "$a" | base64 -w0)"
+        done
         fail=$((fail + 1))
     fi
     rm -rf "$work"
