@@ -178,7 +178,7 @@ static int by_name(const void *x, const void *y) {
 
 /* Sorts by name; a name in two shards is an error. */
 static bool finish(st_archive_t *a, char *err, size_t errlen) {
-    qsort(a->tensors, a->n, sizeof *a->tensors, by_name);
+    if (a->n > 1) qsort(a->tensors, a->n, sizeof *a->tensors, by_name); /* tensors may be NULL when empty */
     for (size_t i = 1; i < a->n; i++)
         if (!strcmp(a->tensors[i].name, a->tensors[i - 1].name))
             FAIL("tensor '%s' appears in both %s and %s", a->tensors[i].name, a->shards[a->tensors[i - 1].shard].path,
