@@ -270,9 +270,10 @@ void frame_encode(const frame_t *f, buf_t *out)
         pack_params(&pk, &f->params);
         if (f->constraint.kind != CONSTRAINT_NONE) {
             pack_str(&pk, "constraint");
-            msgpack_pack_map(&pk, 1 + (f->constraint.text != NULL));
+            msgpack_pack_map(&pk, 1 + (f->constraint.text != NULL) + f->constraint.has_hash);
             pack_key_str(&pk, "type", constraint_kind_name(f->constraint.kind));
             if (f->constraint.text) pack_key_str(&pk, "value", f->constraint.text);
+            if (f->constraint.has_hash) pack_key_u64(&pk, "hash", f->constraint.hash);
         }
         pack_str(&pk, "meta");
         pack_meta(&pk, &f->meta);

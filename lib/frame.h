@@ -63,6 +63,8 @@ const char *constraint_kind_name(constraint_kind_t k);
 typedef struct {
     constraint_kind_t kind;
     char *text; /* the schema as compact JSON, or the regex; NULL for json_object */
+    bool has_hash;
+    uint64_t hash; /* set by di-grammar: grammar_key() of the validated, canonical text */
 } frame_constraint_t;
 
 typedef enum { SHAPE_PROMPT = 0, SHAPE_CHAT, SHAPE_BATCH } request_shape_t;

@@ -200,6 +200,7 @@ static bool constraint_field(dec_t *d, const char *k, uint32_t n, void *ctx, boo
     frame_constraint_t *c = ctx;
     *known = true;
     if (key_is(k, n, "value")) return read_text(d, FRAME_MAX_STRING, &c->text);
+    if (key_is(k, n, "hash")) return c->has_hash = true, read_u64(d, &c->hash);
     if (key_is(k, n, "type")) {
         char *s = NULL;
         if (!read_text(d, 32, &s)) return free(s), false;

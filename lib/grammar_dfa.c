@@ -137,6 +137,11 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static void sort_u32(u32v_t *a)
+{
+    if (a->n > 1) qsort(a->v, a->n, sizeof *a->v, cmp_u32);
+}
+
 /* Epsilon closure of seeds into out (sorted). Follows ^ edges only at the start; $ edges
  * only when `at_end` (used for the acceptance test). */
 static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_start, bool at_end, u32v_t *out)
@@ -161,7 +166,7 @@ static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_s
             }
         }
     }
-    qsort(out->v, out->n, sizeof *out->v, cmp_u32);
+    sort_u32(out);
 }
 
 typedef struct {
@@ -206,7 +211,7 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
         d->class_of[b] = (uint8_t)k;
     }
     d->n_classes = k + 1;
-    qsort(rule_ids.v, rule_ids.n, sizeof *rule_ids.v, cmp_u32);
+    sort_u32(&rule_ids);
     for (uint32_t i = 0; i < rule_ids.n; i++)
         if (!n_rules_used || rule_ids.v[n_rules_used - 1] != rule_ids.v[i]) rule_ids.v[n_rules_used++] = rule_ids.v[i];
     uint32_t n_sym = d->n_classes + n_rules_used;
@@ -260,7 +265,7 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
                 }
             }
         }
-        qsort(touched.v, touched.n, sizeof *touched.v, cmp_u32);
+        sort_u32(&touched);
         for (uint32_t t = 0; t < touched.n; t++) {
             uint32_t sym = touched.v[t];
             closure(&x, bucket[sym].v, bucket[sym].n, false, false, &cl);

@@ -315,6 +315,7 @@ void grammar_build_masks(grammar_t *g)
         m->pops_in_rest = fast;
         m->pop_off = g->n_pops_total;
         m->n_pops = pops.n;
+        if (!pops.n) continue;
         if (g->n_pops_total + pops.n > cap_pops) {
             while (g->n_pops_total + pops.n > cap_pops) cap_pops = cap_pops ? 2 * cap_pops : 256;
             g->pops = xrealloc(g->pops, cap_pops * sizeof *g->pops);

@@ -201,7 +201,11 @@ int schema_types(sc_t *s, const json_t *node)
             bits |= b;
         }
     }
-    if (!bits) g_fail(s->c, "schema: malformed 'type'");
+    if (!bits) {
+        char *text = json_dumps(t, JSON_COMPACT | JSON_ENCODE_ANY);
+        g_fail(s->c, "schema: 'type' %.80s is not a type name or a list of them", text ? text : "?");
+        free(text);
+    }
     return bits;
 }
 
@@ -284,9 +288,10 @@ static ast_t *object_ast(sc_t *s, const json_t *node)
     if (req && !json_is_array(req)) return g_fail(c, "schema: 'required' must be an array"), NULL;
     if (addl && !json_is_object(addl) && !json_is_boolean(addl))
         return g_fail(c, "schema: 'additionalProperties' must be a schema"), NULL;
-    astv_t items = {0};
-    bool *required = g_alloc(c, (json_object_size(props) + json_array_size(req) + 1) * sizeof *required);
-    const char **names = g_alloc(c, (json_object_size(props) + json_array_size(req) + 1) * sizeof *names);
+    size_t cap = json_object_size(props) + json_array_size(req) + 1;
+    ast_t **items = g_alloc(c, cap * sizeof *items);
+    bool *required = g_alloc(c, cap * sizeof *required);
+    const char **names = g_alloc(c, cap * sizeof *names);
     uint32_t n = 0;
     const char *key;
     json_t *sub;
@@ -299,8 +304,8 @@ static ast_t *object_ast(sc_t *s, const json_t *node)
         ast_t *k = key_then_colon(s, key), *v = k ? schema_node(s, sub) : NULL;
         if (!v) return NULL;
         required[n] = req_k;
+        items[n] = ast_seq2(c, k, v);
         names[n++] = key;
-        astv_push(&items, ast_seq2(c, k, v));
     }
     /* required names the properties do not list: their value is additionalProperties' */
     size_t i;
@@ -316,8 +321,8 @@ static ast_t *object_ast(sc_t *s, const json_t *node)
         ast_t *k = key_then_colon(s, name), *v = k ? (addl && !json_is_true(addl) ? schema_node(s, addl) : schema_any_value(s)) : NULL;
         if (!v) return NULL;
         required[n] = true;
+        items[n] = ast_seq2(c, k, v);
         names[n++] = name;
-        astv_push(&items, ast_seq2(c, k, v));
     }
     ast_t *rest = NULL;
     /* additionalProperties absent: none generated, unless the schema lists no properties at
@@ -332,11 +337,10 @@ static ast_t *object_ast(sc_t *s, const json_t *node)
     ast_t *list = ast_new(c, AST_LIST);
     list->n = n;
     list->kids = g_alloc(c, (n + 2) * sizeof *list->kids);
-    memcpy(list->kids, items.v, n * sizeof *items.v);
+    if (n) memcpy(list->kids, items, n * sizeof *items);
     list->kids[n] = json_sep_comma(c);
     list->kids[n + 1] = rest;
     list->required = required;
-    astv_free(&items);
     return ast_seq3(c, ast_str(c, "{"), list, ast_str(c, "}"));
 }
 

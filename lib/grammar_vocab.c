@@ -129,7 +129,7 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
     v->allowed = xcalloc(v->words ? v->words : 1, sizeof *v->allowed);
     v->n_eos = n_eos;
     v->eos = xmalloc((n_eos ? n_eos : 1) * sizeof *v->eos);
-    memcpy(v->eos, eos, n_eos * sizeof *eos);
+    if (n_eos) memcpy(v->eos, eos, n_eos * sizeof *eos);
     v->think_end = think_end;
     uint64_t h = hash64(HASH64_INIT, &n, sizeof n);
     uint32_t *trie_ids = xmalloc((n ? n : 1) * sizeof *trie_ids), *rest_ids = xmalloc((n ? n : 1) * sizeof *rest_ids);
