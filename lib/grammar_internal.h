@@ -229,6 +229,9 @@ struct grammar_vocab {
     uint32_t *plain;      /* mask of plain tokens: no '"', '\\' or control byte, UTF-8 valid
                              from a character boundary (a cut-off last character allowed) */
     uint32_t plain_chars; /* most characters (begun) in one plain token */
+    uint32_t *plain_le;   /* (plain_chars + 1) masks: plain tokens of at most k characters */
+    uint8_t *plain_max;   /* per node of `all`: most characters of a token in its subtree if
+                             all of them are plain, else 255 */
     uint32_t *allowed;    /* mask of every non-excluded token */
     uint64_t fingerprint;
     size_t words;

@@ -28,8 +28,11 @@ static ast_t *hex4_non_surrogate(gctx_t *c)
     return ast_or2(c, plain, d);
 }
 
-/* One character of a JSON string: raw (not '"', '\\' or a control) or escaped. */
-static ast_t *string_char(gctx_t *c)
+/* One character of a JSON string: raw (not '"', '\\' or a control) or escaped. With
+ * `counted`, only the two-character escapes: a counted string repeats this once per
+ * character, and the \uXXXX states would multiply the automaton for little gain (any
+ * character can be written raw, and the controls without a short escape never). */
+static ast_t *string_char(gctx_t *c, bool counted)
 {
     cpset_t raw = {0};
     cpset_add(&raw, 0x20, G_MAX_CP);
@@ -40,14 +43,17 @@ static ast_t *string_char(gctx_t *c)
     cpset_free(&raw);
     cpset_t simple = {0};
     for (const char *p = "\"\\/bfnrt"; *p; p++) cpset_add(&simple, (uint8_t)*p, (uint8_t)*p);
-    ast_t *esc = ast_seq2(c, ast_str(c, "\\"), ast_or2(c, ast_class(c, &simple), ast_seq2(c, ast_str(c, "u"), hex4_non_surrogate(c))));
+    ast_t *after = ast_class(c, &simple);
+    if (!counted) after = ast_or2(c, after, ast_seq2(c, ast_str(c, "u"), hex4_non_surrogate(c)));
+    ast_t *esc = ast_seq2(c, ast_str(c, "\\"), after);
     cpset_free(&simple);
     return ast_or2(c, r, esc);
 }
 
 ast_t *json_string_any(gctx_t *c, uint32_t min, uint32_t max)
 {
-    return ast_seq3(c, ast_str(c, "\""), ast_repeat(c, string_char(c), min, max), ast_str(c, "\""));
+    bool counted = min > 0 || max != G_INF;
+    return ast_seq3(c, ast_str(c, "\""), ast_repeat(c, string_char(c, counted), min, max), ast_str(c, "\""));
 }
 
 /* Scalars as jansson writes them (strings in UTF-8, escapes only where JSON needs them);

@@ -133,14 +133,20 @@ static void set_tokens(const grammar_vocab_t *v, const trie_t *t, uint32_t node,
     for (uint32_t id = t->tok[node]; id != G_NONE; id = v->tok_next[id]) bits[id / 32] |= 1u << (id % 32);
 }
 
-/* Rules without calls: a plain table walk. */
-static void walk_flat(const grammar_t *g, const trie_t *t, uint32_t q, uint32_t *bits)
+/* Rules without calls: a plain table walk. Subtrees holding only plain tokens of at most
+ * `skip_chars` characters are skipped: the caller has them already. */
+static void walk_flat(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
+                      uint32_t *bits)
 {
     uint32_t at[GRAMMAR_MAX_TOKEN + 1];
     at[0] = q;
     const uint32_t *next = g->next;
     uint32_t nc = g->n_classes;
     for (uint32_t i = 1; i < t->n;) {
+        if (plain_max && plain_max[i] <= skip_chars) {
+            i = t->skip[i];
+            continue;
+        }
         uint32_t d = t->depth[i];
         uint32_t s = next[(size_t)at[d - 1] * nc + g->class_of[t->byte[i]]];
         if (s == G_NONE) {
@@ -153,8 +159,8 @@ static void walk_flat(const grammar_t *g, const trie_t *t, uint32_t q, uint32_t 
     }
 }
 
-static void walk_stack(const grammar_t *g, const trie_t *t, uint32_t q, uint32_t *bits, gnodes_t *nodes,
-                       u32list_t *pops, bool *pop_now)
+static void walk_stack(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
+                       uint32_t *bits, gnodes_t *nodes, u32list_t *pops, bool *pop_now)
 {
     gcfg_t at[GRAMMAR_MAX_TOKEN + 1];
     uint32_t mark[GRAMMAR_MAX_TOKEN + 2];
@@ -162,6 +168,10 @@ static void walk_stack(const grammar_t *g, const trie_t *t, uint32_t q, uint32_t
     mark[1] = 0;
     nodes->n = 0;
     for (uint32_t i = 1; i < t->n;) {
+        if (plain_max && plain_max[i] <= skip_chars) {
+            i = t->skip[i];
+            continue;
+        }
         uint32_t d = t->depth[i];
         nodes->n = mark[d];
         gcfg_t c = at[d - 1];
@@ -304,13 +314,16 @@ void grammar_build_masks(grammar_t *g)
     g->masks = xcalloc(n, sizeof *g->masks);
     for (uint32_t s = 0; s < n; s++) {
         state_mask_t *m = &g->masks[s];
-        bool fast = cap > 0 && depth[s] >= cap;
+        /* every plain token of at most k characters is in; walk for the others: only the
+         * small trie of non-plain tokens when no plain token is too long */
+        uint32_t k = depth[s] < cap ? depth[s] : cap;
+        bool fast = cap > 0 && k == cap;
         const trie_t *t = fast ? &v->rest : &v->all;
-        if (fast) memcpy(bits, v->plain, v->words * sizeof *bits);
-        else memset(bits, 0, v->words * sizeof *bits);
+        const uint8_t *skip = fast || k == 0 ? NULL : v->plain_max;
+        memcpy(bits, v->plain_le + (size_t)k * v->words, v->words * sizeof *bits);
         pops.n = 0;
-        if (flat) walk_flat(g, t, s, bits);
-        else walk_stack(g, t, s, bits, &nodes, &pops, &m->pop_now);
+        if (flat) walk_flat(g, t, skip, k, s, bits);
+        else walk_stack(g, t, skip, k, s, bits, &nodes, &pops, &m->pop_now);
         m->set = intern_set(g, &ix, encode_set(v, bits), &cap_sets);
         m->pops_in_rest = fast;
         m->pop_off = g->n_pops_total;

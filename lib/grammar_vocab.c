@@ -107,6 +107,28 @@ static void build_trie(const grammar_vocab_t *v, const uint32_t *ids, uint32_t n
     t->skip[0] = t->n;
 }
 
+/* plain_le[k]: plain tokens of at most k characters; plain_max[node]: the longest plain
+ * token under a node when nothing else is there (a walk may then skip the subtree). */
+static void plain_by_length(grammar_vocab_t *v, const uint8_t *chars)
+{
+    uint32_t cap = v->plain_chars, words = (uint32_t)v->words;
+    v->plain_le = xcalloc((size_t)(cap + 1) * words + 1, sizeof *v->plain_le);
+    for (uint32_t i = 0; i < v->n; i++)
+        if (chars[i] != 255) v->plain_le[(size_t)chars[i] * words + i / 32] |= 1u << (i % 32);
+    for (uint32_t k = 1; k <= cap; k++)
+        for (uint32_t w = 0; w < words; w++) v->plain_le[(size_t)k * words + w] |= v->plain_le[(size_t)(k - 1) * words + w];
+    const trie_t *t = &v->all;
+    v->plain_max = xmalloc(t->n);
+    for (uint32_t i = t->n; i-- > 0;) {
+        uint8_t m = 0;
+        for (uint32_t id = t->tok[i]; id != G_NONE; id = v->tok_next[id])
+            if (chars[id] > m) m = chars[id];
+        for (uint32_t j = i + 1; j < t->skip[i]; j = t->skip[j])
+            if (v->plain_max[j] > m) m = v->plain_max[j];
+        v->plain_max[i] = m;
+    }
+}
+
 static void trie_free(trie_t *t)
 {
     free(t->byte);
@@ -133,6 +155,7 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
     v->think_end = think_end;
     uint64_t h = hash64(HASH64_INIT, &n, sizeof n);
     uint32_t *trie_ids = xmalloc((n ? n : 1) * sizeof *trie_ids), *rest_ids = xmalloc((n ? n : 1) * sizeof *rest_ids);
+    uint8_t *chars = xmalloc(n ? n : 1); /* characters of each plain token, 255 for the rest */
     uint32_t n_trie = 0, n_rest = 0;
     for (uint32_t i = 0; i < n; i++) {
         v->lens[i] = lens[i];
@@ -143,16 +166,18 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
         for (uint32_t k = 0; k < n_eos; k++) ex |= eos[k] == i;
         if (think_end == (int64_t)i) ex = true;
         v->excluded[i] = ex;
+        chars[i] = 255;
         h = hash64(h, &lens[i], sizeof lens[i]);
         h = hash64(h, bytes[i], lens[i]);
         h = hash64(h, &ex, 1);
         if (ex) continue;
         v->allowed[i / 32] |= 1u << (i % 32);
         trie_ids[n_trie++] = i;
-        uint32_t chars;
-        if (token_is_plain(bytes[i], lens[i], &chars)) {
+        uint32_t nc;
+        if (token_is_plain(bytes[i], lens[i], &nc) && nc < 255) {
             v->plain[i / 32] |= 1u << (i % 32);
-            if (chars > v->plain_chars) v->plain_chars = chars;
+            chars[i] = (uint8_t)nc;
+            if (nc > v->plain_chars) v->plain_chars = nc;
         }
     }
     h = hash64(h, eos, n_eos * sizeof *eos);
@@ -173,8 +198,10 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
     }
     build_trie(v, trie_ids, m, &v->all);
     build_trie(v, rest_ids, n_rest, &v->rest);
+    plain_by_length(v, chars);
     free(trie_ids);
     free(rest_ids);
+    free(chars);
     return v;
 }
 
@@ -212,6 +239,8 @@ void grammar_vocab_free(grammar_vocab_t *v)
     free(v->excluded);
     free(v->tok_next);
     free(v->plain);
+    free(v->plain_le);
+    free(v->plain_max);
     free(v->allowed);
     free(v->eos);
     trie_free(&v->all);
