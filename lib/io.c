@@ -465,6 +465,13 @@ static void offer_eos_on_socket(frame_out_t *out)
     int timeout_ms = (int)(out->eos_timeout * 1000);
     zmq_setsockopt(out->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     send_encoded(out, 0);
+    if (out->ep.n == 1 && !out->ep.items[0].bind && out->expect_peers <= 1) {
+        /* Connected to one endpoint: one peer, and the copy just queued is for it. Offering
+         * until it leaves could wait for ever: a sink fed by several workers stays connected
+         * while a dead worker's eos is missing. Linger until the copy is delivered. */
+        zmq_setsockopt(out->sock, ZMQ_LINGER, &timeout_ms, sizeof timeout_ms);
+        return;
+    }
     int backoff = 10;
     uint64_t alone_since = 0;
     for (;;) {
