@@ -418,7 +418,10 @@ dfa_t *dfa_from_ast(gctx_t *c, const ast_t *a)
     if (!nfa_build(c, a, &nfa)) return NULL;
     dfa_t *d = determinize(c, &nfa);
     nfa_free(&nfa);
-    if (d) dfa_trim(d, NULL);
+    if (d) {
+        dfa_trim(d, NULL);
+        dfa_minimize(d);
+    }
     return d;
 }
 
@@ -500,5 +503,6 @@ dfa_t *dfa_product(gctx_t *c, const dfa_t *a, const dfa_t *b, bool minus)
         return NULL;
     }
     dfa_trim(d, NULL);
+    dfa_minimize(d);
     return d;
 }

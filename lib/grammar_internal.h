@@ -153,7 +153,7 @@ struct dfa {
 };
 
 /* Tree -> DFA (Thompson NFA, subset construction with anchors), trimmed assuming every
- * called rule can complete. NULL on error. */
+ * called rule can complete, and minimised. NULL on error. */
 dfa_t *dfa_from_ast(gctx_t *c, const ast_t *a);
 void dfa_free(dfa_t *d);
 /* Product of two call-free DFAs: accepts L(a) ∩ L(b), or L(a) \ L(b) when minus. */
@@ -162,6 +162,8 @@ dfa_t *dfa_product(gctx_t *c, const dfa_t *a, const dfa_t *b, bool minus);
  * (productive[r], NULL: none needed). Keeps the start state even if it is dead. */
 void dfa_trim(dfa_t *d, const bool *productive);
 bool dfa_is_empty(const dfa_t *d);
+/* Merges equivalent states (of a trimmed DFA). */
+void dfa_minimize(dfa_t *d);
 /* Whole-string match of a call-free DFA. */
 bool dfa_match(const dfa_t *d, const uint8_t *s, size_t n);
 
