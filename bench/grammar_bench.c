@@ -5,8 +5,11 @@
  * (grammar_walk: the model loop with random choices). Prints one line per constraint and
  * the distribution over all of them.
  *
- *   build/bench/grammar_bench [--repeat N] [--seeds N] [--tokenizer PATH] [--data DIR] */
+ *   build/bench/grammar_bench [--repeat N] [--seeds N] [--threads N] [--tokenizer PATH] [--data DIR]
+ *
+ * --threads: threads computing token masks (default 1). */
 #include "grammar.h"
+#include "threadpool.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -113,13 +116,15 @@ static void run_file(bench_t *b, const char *path, bool schemas)
 int main(int argc, char **argv)
 {
     bench_t b = {.repeat = 3, .seeds = 8};
+    int threads = 1;
     const char *tok_path = NULL, *data = "tests/data";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--repeat") && i + 1 < argc) b.repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) b.seeds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
         else if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
-        else die("usage: grammar_bench [--repeat N] [--seeds N] [--tokenizer PATH] [--data DIR]");
+        else die("usage: grammar_bench [--repeat N] [--seeds N] [--threads N] [--tokenizer PATH] [--data DIR]");
     }
     if (b.repeat < 1) b.repeat = 1;
     char err[512];
@@ -128,7 +133,10 @@ int main(int argc, char **argv)
     if (!tok) die("cannot load %s: %s", tok_path, err);
     uint64_t t0 = now_ns();
     b.vocab = grammar_vocab_from_tokenizer(tok);
-    printf("vocabulary: %u tokens, prepared in %.1f ms (once per process)\n\n", grammar_vocab_size(b.vocab), (now_ns() - t0) / 1e6);
+    threadpool_t *tp = threads > 1 ? tp_create(threads) : NULL;
+    grammar_vocab_use_threads(b.vocab, tp);
+    printf("vocabulary: %u tokens, prepared in %.1f ms (once per process); masks on %d thread(s)\n\n",
+           grammar_vocab_size(b.vocab), (now_ns() - t0) / 1e6, threads > 1 ? threads : 1);
     printf("%-22s %6s %3s %8s %8s %6s %7s %7s %8s %s\n", "constraint", "states", "rul", "auto ms", "masks ms", "steps",
            "med us", "p99 us", "max us", "done");
     char path[1024];
@@ -144,6 +152,7 @@ int main(int argc, char **argv)
     free(b.compile_ns.v);
     free(b.mask_ns.v);
     grammar_vocab_free(b.vocab);
+    if (tp) tp_free(tp);
     tokenizer_free(tok);
     return 0;
 }

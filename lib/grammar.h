@@ -53,6 +53,11 @@ grammar_vocab_t *grammar_vocab_from_tokenizer(const tokenizer_t *tok);
 grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, const uint32_t *lens,
                                    const bool *excluded, const uint32_t *eos, uint32_t n_eos, int64_t think_end);
 void grammar_vocab_free(grammar_vocab_t *v);
+/* Token masks of grammars compiled for v are computed on this pool's threads (NULL: the
+ * compiling thread alone). A pool runs one loop at a time: compiles that share it must
+ * not run concurrently. */
+struct threadpool;
+void grammar_vocab_use_threads(grammar_vocab_t *v, struct threadpool *pool);
 uint32_t grammar_vocab_size(const grammar_vocab_t *v);
 /* Hash of everything the masks depend on: token bytes, exclusions, EOS and </think> ids. */
 uint64_t grammar_vocab_fingerprint(const grammar_vocab_t *v);

@@ -237,6 +237,7 @@ struct grammar_vocab {
     uint32_t *allowed;    /* mask of every non-excluded token */
     uint64_t fingerprint;
     size_t words;
+    struct threadpool *pool; /* for computing token sets; NULL: the calling thread */
 };
 
 /* ---- the compiled grammar -------------------------------------------------------------- */

@@ -7,6 +7,7 @@
  * sets are stored once, each as a list, a list of exceptions, or a bitmap. */
 #include "grammar_internal.h"
 #include "hash64.h"
+#include "threadpool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -298,51 +299,94 @@ void tokset_or(const grammar_vocab_t *v, const tokset_t *s, uint32_t *mask)
     }
 }
 
+/* States are walked in chunks, in parallel when the vocabulary has a thread pool; each
+ * chunk's sets are then interned in state order, so the result does not depend on it. */
+#define CHUNK 256
+
+typedef struct {
+    const grammar_t *g;
+    const uint32_t *depth;
+    uint32_t cap, first;
+    bool flat;
+    uint32_t **bits;       /* per worker */
+    gnodes_t *nodes;       /* per worker */
+    tokset_t *sets;        /* per state of the chunk */
+    u32list_t *pops;
+    state_mask_t *masks;
+} chunk_t;
+
+static void walk_states(void *ctx, int64_t i0, int64_t i1, int worker)
+{
+    chunk_t *ch = ctx;
+    const grammar_t *g = ch->g;
+    const grammar_vocab_t *v = g->vocab;
+    uint32_t *bits = ch->bits[worker];
+    for (int64_t i = i0; i < i1; i++) {
+        uint32_t s = ch->first + (uint32_t)i;
+        state_mask_t *m = &ch->masks[s];
+        /* every plain token of at most k characters is in; walk for the others: only the
+         * small trie of non-plain tokens when no plain token is too long */
+        uint32_t k = ch->depth[s] < ch->cap ? ch->depth[s] : ch->cap;
+        bool fast = ch->cap > 0 && k == ch->cap;
+        const trie_t *t = fast ? &v->rest : &v->all;
+        const uint8_t *skip = fast || k == 0 ? NULL : v->plain_max;
+        memcpy(bits, v->plain_le + (size_t)k * v->words, v->words * sizeof *bits);
+        ch->pops[i].n = 0;
+        if (ch->flat) walk_flat(g, t, skip, k, s, bits);
+        else walk_stack(g, t, skip, k, s, bits, &ch->nodes[worker], &ch->pops[i], &m->pop_now);
+        ch->sets[i] = encode_set(v, bits);
+        m->pops_in_rest = fast;
+    }
+}
+
 void grammar_build_masks(grammar_t *g)
 {
     const grammar_vocab_t *v = g->vocab;
     uint32_t n = g->n_states;
+    int workers = v->pool ? tp_size(v->pool) : 1;
+    chunk_t ch = {.g = g, .cap = v->plain_chars, .flat = g->call_off[n] == 0};
     uint32_t *depth = xmalloc(n * sizeof *depth);
-    uint32_t cap = v->plain_chars;
-    plain_depth(g, cap, depth);
-    bool flat = g->call_off[n] == 0;
-    uint32_t *bits = xmalloc(v->words * sizeof *bits);
+    plain_depth(g, ch.cap, depth);
+    ch.depth = depth;
+    ch.bits = xmalloc((size_t)workers * sizeof *ch.bits);
+    for (int w = 0; w < workers; w++) ch.bits[w] = xmalloc(v->words * sizeof **ch.bits);
+    ch.nodes = xcalloc((size_t)workers, sizeof *ch.nodes);
+    ch.sets = xmalloc(CHUNK * sizeof *ch.sets);
+    ch.pops = xcalloc(CHUNK, sizeof *ch.pops);
+    ch.masks = g->masks = xcalloc(n, sizeof *g->masks);
     set_index_t ix = {0};
     uint32_t cap_sets = 0, cap_pops = 0;
-    gnodes_t nodes = {0};
-    u32list_t pops = {0};
-    g->masks = xcalloc(n, sizeof *g->masks);
-    for (uint32_t s = 0; s < n; s++) {
-        state_mask_t *m = &g->masks[s];
-        /* every plain token of at most k characters is in; walk for the others: only the
-         * small trie of non-plain tokens when no plain token is too long */
-        uint32_t k = depth[s] < cap ? depth[s] : cap;
-        bool fast = cap > 0 && k == cap;
-        const trie_t *t = fast ? &v->rest : &v->all;
-        const uint8_t *skip = fast || k == 0 ? NULL : v->plain_max;
-        memcpy(bits, v->plain_le + (size_t)k * v->words, v->words * sizeof *bits);
-        pops.n = 0;
-        if (flat) walk_flat(g, t, skip, k, s, bits);
-        else walk_stack(g, t, skip, k, s, bits, &nodes, &pops, &m->pop_now);
-        m->set = intern_set(g, &ix, encode_set(v, bits), &cap_sets);
-        m->pops_in_rest = fast;
-        m->pop_off = g->n_pops_total;
-        m->n_pops = pops.n;
-        if (!pops.n) continue;
-        if (g->n_pops_total + pops.n > cap_pops) {
-            while (g->n_pops_total + pops.n > cap_pops) cap_pops = cap_pops ? 2 * cap_pops : 256;
-            g->pops = xrealloc(g->pops, cap_pops * sizeof *g->pops);
+    for (ch.first = 0; ch.first < n; ch.first += CHUNK) {
+        uint32_t count = n - ch.first < CHUNK ? n - ch.first : CHUNK;
+        if (v->pool && count > 1) tp_for(v->pool, count, 1, walk_states, &ch);
+        else walk_states(&ch, 0, count, 0);
+        for (uint32_t i = 0; i < count; i++) {
+            state_mask_t *m = &g->masks[ch.first + i];
+            m->set = intern_set(g, &ix, ch.sets[i], &cap_sets);
+            m->pop_off = g->n_pops_total;
+            m->n_pops = ch.pops[i].n;
+            if (!m->n_pops) continue;
+            if (g->n_pops_total + m->n_pops > cap_pops) {
+                while (g->n_pops_total + m->n_pops > cap_pops) cap_pops = cap_pops ? 2 * cap_pops : 256;
+                g->pops = xrealloc(g->pops, cap_pops * sizeof *g->pops);
+            }
+            memcpy(g->pops + g->n_pops_total, ch.pops[i].v, m->n_pops * sizeof *g->pops);
+            g->n_pops_total += m->n_pops;
         }
-        memcpy(g->pops + g->n_pops_total, pops.v, pops.n * sizeof *pops.v);
-        g->n_pops_total += pops.n;
     }
     g->stats.mask_sets = g->n_sets;
     g->stats.mask_bytes += g->n_pops_total * sizeof *g->pops + n * sizeof *g->masks;
     g->has_masks = true;
+    for (int w = 0; w < workers; w++) {
+        free(ch.bits[w]);
+        free(ch.nodes[w].v);
+    }
+    for (uint32_t i = 0; i < CHUNK; i++) free(ch.pops[i].v);
+    free(ch.bits);
+    free(ch.nodes);
+    free(ch.sets);
+    free(ch.pops);
     free(depth);
-    free(bits);
     free(ix.hash);
     free(ix.table);
-    free(nodes.v);
-    free(pops.v);
 }

@@ -248,6 +248,7 @@ void grammar_vocab_free(grammar_vocab_t *v)
     free(v);
 }
 
+void grammar_vocab_use_threads(grammar_vocab_t *v, struct threadpool *pool) { v->pool = pool; }
 uint32_t grammar_vocab_size(const grammar_vocab_t *v) { return v->n; }
 uint64_t grammar_vocab_fingerprint(const grammar_vocab_t *v) { return v->fingerprint; }
 size_t grammar_mask_words(const grammar_vocab_t *v) { return v->words; }
