@@ -97,6 +97,9 @@ def test_valid_and_passthrough(s, d):
     s.check(kinds == ["done", "eos", "error", "request", "request", "request", "request", "tokens"], "every frame type forwarded", kinds)
     e = [f for f in out if f["type"] == "eos"][0]
     s.check(e["announced"] == 6 and e["served"] == 6 and e["sender"].startswith("di-grammar@"), "eos ledger", e)
+    again, rc, err = run(b"".join(msgpack.packb(f, use_bin_type=True) for f in out))
+    same = [f.get("constraint") for f in again if f["type"] == "request"] == [f.get("constraint") for f in out if f["type"] == "request"]
+    s.check(rc == 0 and same, "a second di-grammar reads the hash and changes nothing", err)
 
 
 def test_bad_constraints(s, d):
