@@ -277,25 +277,31 @@ static uint32_t intern_set(grammar_t *g, set_index_t *ix, tokset_t s, uint32_t *
     return g->n_sets++;
 }
 
-void tokset_or(const grammar_vocab_t *v, const tokset_t *s, uint32_t *mask)
+void tokset_or(const grammar_vocab_t *v, const tokset_t *s, uint32_t *mask, bool fresh)
 {
     switch (s->form) {
     case SET_LIST:
+        if (fresh) memset(mask, 0, v->words * sizeof *mask);
         for (uint32_t i = 0; i < s->n; i++) mask[s->data[i] / 32] |= 1u << (s->data[i] % 32);
         break;
     case SET_BITMAP:
-        for (uint32_t w = 0; w < s->n; w++) mask[w] |= s->data[w];
+        if (fresh) memcpy(mask, s->data, s->n * sizeof *mask);
+        else
+            for (uint32_t w = 0; w < s->n; w++) mask[w] |= s->data[w];
         break;
-    case SET_EXCEPT: {
+    case SET_EXCEPT:
+        if (fresh) {
+            memcpy(mask, v->allowed, v->words * sizeof *mask);
+            for (uint32_t i = 0; i < s->n; i++) mask[s->data[i] / 32] &= ~(1u << (s->data[i] % 32));
+            break;
+        }
         /* allowed minus the exceptions (sorted), but what mask already has stays */
-        uint32_t k = 0;
-        for (size_t w = 0; w < v->words; w++) {
+        for (size_t w = 0, k = 0; w < v->words; w++) {
             uint32_t ex = 0;
             while (k < s->n && s->data[k] / 32 == w) ex |= 1u << (s->data[k++] % 32);
             mask[w] |= v->allowed[w] & ~ex;
         }
         break;
-    }
     }
 }
 

@@ -90,8 +90,10 @@ void grammar_matcher_fill_mask(grammar_matcher_t *m, uint32_t *mask)
 {
     const grammar_t *g = m->g;
     const grammar_vocab_t *v = g->vocab;
-    memset(mask, 0, v->words * sizeof *mask);
-    if (m->phase == PHASE_FINISHED) return;
+    if (m->phase == PHASE_FINISHED) {
+        memset(mask, 0, v->words * sizeof *mask);
+        return;
+    }
     if (m->phase == PHASE_REASONING) {
         /* free text, but the answer must come: no EOS */
         memset(mask, 0xFF, v->words * sizeof *mask);
@@ -100,9 +102,11 @@ void grammar_matcher_fill_mask(grammar_matcher_t *m, uint32_t *mask)
         return;
     }
     uint32_t keep = m->nodes.n;
+    bool fresh = true;
     for (gcfg_t cfg = m->cfg;;) {
         const state_mask_t *sm = &g->masks[cfg.state];
-        tokset_or(v, &g->sets[sm->set], mask);
+        tokset_or(v, &g->sets[sm->set], mask, fresh);
+        fresh = false;
         if (cfg.parent == G_NONE) break;
         const gnode_t *p = &m->nodes.v[cfg.parent];
         gcfg_t up = {p->state, p->parent};
