@@ -107,8 +107,8 @@ typedef struct grammar_matcher grammar_matcher_t;
 
 /* A matcher at the start of the output. thinking: the output starts inside a reasoning
  * block; everything up to and including the </think> token is free (EOS excepted: an
- * answer must follow), the constraint applies from the token after it. The grammar must
- * have been compiled with masks. */
+ * answer must follow), the constraint applies from the token after it. NULL if g was
+ * compiled without masks. */
 grammar_matcher_t *grammar_matcher_new(grammar_t *g, bool thinking);
 void grammar_matcher_free(grammar_matcher_t *m);
 

@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t rules_add(gctx_t *c, rules_t *r)
+uint32_t rules_add(rules_t *r)
 {
-    (void)c;
     if (r->n_rules == r->cap) {
         r->cap = r->cap ? 2 * r->cap : 8;
         r->rules = xrealloc(r->rules, r->cap * sizeof *r->rules);
@@ -34,13 +33,13 @@ static bool front_end(gctx_t *c, constraint_kind_t kind, const char *text, rules
     switch (kind) {
     case CONSTRAINT_REGEX: {
         if (!text) return g_fail(c, "regex constraint without a pattern");
-        rules_add(c, rules);
+        rules_add(rules);
         rules->rules[0] = regex_parse(c, text, strlen(text), REGEX_PCRE);
         *canonical = xstrdup(text);
         return rules->rules[0] != NULL;
     }
     case CONSTRAINT_JSON_OBJECT: {
-        uint32_t root = rules_add(c, rules), value = rules_add(c, rules);
+        uint32_t root = rules_add(rules), value = rules_add(rules);
         rules->rules[root] = json_object_body(c, value);
         rules->rules[value] = json_value_body(c, value);
         return true;

@@ -201,7 +201,7 @@ typedef struct {
     ast_t **rules;         /* rules[0] is the start */
     uint32_t n_rules, cap;
 } rules_t;
-uint32_t rules_add(gctx_t *c, rules_t *r);   /* reserves a rule number, body NULL */
+uint32_t rules_add(rules_t *r);   /* reserves a rule number, body NULL */
 
 /* Parses and compiles the schema; *canonical gets the compact re-serialisation (malloc'd). */
 bool schema_compile(gctx_t *c, const char *text, rules_t *out, char **canonical);

@@ -29,6 +29,7 @@ static gcfg_t start_cfg(const grammar_t *g) { return (gcfg_t){g->rule_start[0], 
 
 grammar_matcher_t *grammar_matcher_new(grammar_t *g, bool thinking)
 {
+    if (!g->has_masks) return NULL;
     grammar_matcher_t *m = xcalloc(1, sizeof *m);
     m->g = grammar_ref(g);
     m->cfg = start_cfg(g);

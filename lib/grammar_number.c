@@ -50,7 +50,7 @@ static bool dec_from_json(gctx_t *c, const json_t *j, dec_t *d)
     double x = json_real_value(j);
     if (!isfinite(x)) return g_fail(c, "a bound is not a finite number");
     d->negative = signbit(x) != 0;
-    static char buf[1500];
+    char buf[1500];
     snprintf(buf, sizeof buf, "%.1100f", fabs(x));
     char *dot = strchr(buf, '.');
     *dot = 0;

@@ -130,7 +130,7 @@ static uint32_t rule_for(sc_t *s, const json_t *node)
         g_fail(s->c, "schema: more than %d recursive parts", GRAMMAR_MAX_RULES);
         return G_NONE;
     }
-    uint32_t r = rules_add(s->c, s->rules);
+    uint32_t r = rules_add(s->rules);
     s->rmap = xrealloc(s->rmap, (s->n_rmap + 1) * sizeof *s->rmap);
     s->rmap[s->n_rmap++] = (sc_rule_t){node, r};
     return r;
@@ -139,7 +139,7 @@ static uint32_t rule_for(sc_t *s, const json_t *node)
 ast_t *schema_any_value(sc_t *s)
 {
     if (s->any_rule == G_NONE) {
-        s->any_rule = rules_add(s->c, s->rules);
+        s->any_rule = rules_add(s->rules);
         s->rules->rules[s->any_rule] = json_value_body(s->c, s->any_rule);
     }
     return ast_call(s->c, s->any_rule);
@@ -613,7 +613,7 @@ bool schema_compile(gctx_t *c, const char *text, rules_t *out, char **canonical)
     json_t *root = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return g_fail(c, "schema: invalid JSON: %s", jerr.text);
     sc_t s = {.c = c, .root = root, .rules = out, .any_rule = G_NONE, .keep = json_array()};
-    uint32_t start = rules_add(c, out);
+    uint32_t start = rules_add(out);
     out->rules[start] = schema_node(&s, root);
     /* bodies of the recursive nodes, each compiled with only itself being expanded */
     for (uint32_t i = 0; i < s.n_rmap && !c->failed; i++) {

@@ -55,6 +55,10 @@ static void test_identity(void)
     CHECK(grammar_hash(a) == grammar_key(vocab, CONSTRAINT_JSON_SCHEMA, grammar_canonical(a)));
     grammar_t *c = compile(CONSTRAINT_REGEX, grammar_canonical(a));
     CHECK(grammar_hash(c) != grammar_hash(a)); /* the kind is part of it */
+    char err[64];
+    grammar_t *bare = grammar_compile(vocab, CONSTRAINT_REGEX, "a", false, err, sizeof err);
+    CHECK(bare && grammar_matcher_new(bare, false) == NULL); /* validated only: no masks to match with */
+    grammar_unref(bare);
     grammar_t *o = compile(CONSTRAINT_JSON_OBJECT, NULL);
     CHECK(grammar_canonical(o) == NULL && grammar_kind(o) == CONSTRAINT_JSON_OBJECT);
     grammar_unref(a);
