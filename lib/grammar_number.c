@@ -243,7 +243,8 @@ static ast_t *bounded(gctx_t *c, const num_bound_t *bs, uint32_t n, bool frac, a
     }
     g_own_dfa(c, acc);
     if (dfa_is_empty(acc)) {
-        g_fail(c, "no number satisfies the bounds");
+        if (frac) g_fail(c, "no plain decimal of at most %d digits satisfies the bounds", NUMBER_DIGITS);
+        else g_fail(c, "no integer satisfies the bounds");
         return NULL;
     }
     return ast_dfa(c, acc, false);

@@ -34,13 +34,13 @@ static const struct {
     {"maxItems", KW_USED}, {"minLength", KW_USED}, {"maxLength", KW_USED}, {"pattern", KW_USED}, {"format", KW_USED},
     {"minimum", KW_USED}, {"maximum", KW_USED}, {"exclusiveMinimum", KW_USED}, {"exclusiveMaximum", KW_USED},
     {"anyOf", KW_USED}, {"oneOf", KW_USED}, {"allOf", KW_USED}, {"$ref", KW_USED}, {"uniqueItems", KW_USED},
+    /* read only where no properties are listed (else no other property is generated) */
+    {"unevaluatedProperties", KW_USED},
     /* containers and annotations: no effect on what validates */
     {"$defs", KW_IGNORED}, {"definitions", KW_IGNORED}, {"title", KW_IGNORED}, {"description", KW_IGNORED},
     {"default", KW_IGNORED}, {"examples", KW_IGNORED}, {"$comment", KW_IGNORED}, {"$schema", KW_IGNORED},
     {"$id", KW_IGNORED}, {"deprecated", KW_IGNORED}, {"readOnly", KW_IGNORED}, {"writeOnly", KW_IGNORED},
     {"contentEncoding", KW_IGNORED}, {"contentMediaType", KW_IGNORED},
-    /* we never generate a property or item nothing else evaluated, so these always hold */
-    {"unevaluatedProperties", KW_IGNORED},
     {"not", KW_UNSUPPORTED}, {"if", KW_UNSUPPORTED}, {"then", KW_UNSUPPORTED}, {"else", KW_UNSUPPORTED},
     {"dependentRequired", KW_UNSUPPORTED}, {"dependentSchemas", KW_UNSUPPORTED}, {"dependencies", KW_UNSUPPORTED},
     {"patternProperties", KW_UNSUPPORTED}, {"propertyNames", KW_UNSUPPORTED}, {"minProperties", KW_UNSUPPORTED},
@@ -233,7 +233,7 @@ static int inferred_types(const json_t *node)
         const char *key;
         int type;
     } hints[] = {
-        {"properties", T_OBJECT}, {"required", T_OBJECT}, {"additionalProperties", T_OBJECT},
+        {"properties", T_OBJECT}, {"required", T_OBJECT}, {"additionalProperties", T_OBJECT}, {"unevaluatedProperties", T_OBJECT},
         {"items", T_ARRAY}, {"prefixItems", T_ARRAY}, {"minItems", T_ARRAY}, {"maxItems", T_ARRAY},
         {"minLength", T_STRING}, {"maxLength", T_STRING}, {"pattern", T_STRING}, {"format", T_STRING},
         {"minimum", T_NUMBER}, {"maximum", T_NUMBER}, {"exclusiveMinimum", T_NUMBER}, {"exclusiveMaximum", T_NUMBER},
@@ -326,8 +326,12 @@ static ast_t *object_ast(sc_t *s, const json_t *node)
     }
     ast_t *rest = NULL;
     /* additionalProperties absent: none generated, unless the schema lists no properties at
-     * all ({"type": "object"} means any object) */
+     * all ({"type": "object"} means any object); unevaluatedProperties then says what the
+     * others may hold */
+    if (!addl && !props) addl = json_object_get(node, "unevaluatedProperties");
     if (!addl && !props) addl = json_true();
+    if (addl && !json_is_object(addl) && !json_is_boolean(addl))
+        return g_fail(c, "schema: 'unevaluatedProperties' must be a schema"), NULL;
     if (addl && !json_is_false(addl)) {
         ast_t *k = other_key(s, names, n);
         ast_t *v = k ? (json_is_true(addl) ? schema_any_value(s) : schema_node(s, addl)) : NULL;
