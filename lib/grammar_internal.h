@@ -227,9 +227,9 @@ struct grammar_vocab {
     int64_t think_end;
     uint32_t *tok_next;   /* more tokens with the same bytes: a chain from trie_t.tok */
     trie_t all;           /* every allowed-in-principle token */
-    trie_t rest;          /* tokens outside `plain` */
-    uint32_t *plain;      /* mask of plain tokens: no '"', '\\' or control byte, UTF-8 valid
-                             from a character boundary (a cut-off last character allowed) */
+    /* Plain tokens: no '"', '\\' or control byte, UTF-8 valid from a character boundary
+     * (a cut-off last character allowed): text that fits inside any JSON string. */
+    trie_t rest;          /* the tokens that are not plain */
     uint32_t plain_chars; /* most characters (begun) in one plain token */
     uint32_t *plain_le;   /* (plain_chars + 1) masks: plain tokens of at most k characters */
     uint8_t *plain_max;   /* per node of `all`: most characters of a token in its subtree if
@@ -256,7 +256,7 @@ typedef struct {
  * whether a pop right away (before any byte) is possible. */
 typedef struct {
     uint32_t set;         /* index into grammar.sets */
-    uint32_t pop_off;     /* pops[pop_off .. pop_off + n_pops): trie node ids of vocab->all */
+    uint32_t pop_off;     /* pops[pop_off .. pop_off + n_pops): trie node ids */
     uint32_t n_pops;
     bool pop_now;
     bool pops_in_rest;    /* pops index vocab->rest, else vocab->all */

@@ -147,7 +147,6 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
     v->lens = xmalloc((n ? n : 1) * sizeof *v->lens);
     v->excluded = xcalloc(n ? n : 1, sizeof *v->excluded);
     v->tok_next = xmalloc((n ? n : 1) * sizeof *v->tok_next);
-    v->plain = xcalloc(v->words ? v->words : 1, sizeof *v->plain);
     v->allowed = xcalloc(v->words ? v->words : 1, sizeof *v->allowed);
     v->n_eos = n_eos;
     v->eos = xmalloc((n_eos ? n_eos : 1) * sizeof *v->eos);
@@ -175,7 +174,6 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
         trie_ids[n_trie++] = i;
         uint32_t nc;
         if (token_is_plain(bytes[i], lens[i], &nc) && nc < 255) {
-            v->plain[i / 32] |= 1u << (i % 32);
             chars[i] = (uint8_t)nc;
             if (nc > v->plain_chars) v->plain_chars = nc;
         }
@@ -194,7 +192,7 @@ grammar_vocab_t *grammar_vocab_new(uint32_t n, const uint8_t *const *bytes, cons
             continue;
         }
         trie_ids[m++] = id;
-        if (!(v->plain[id / 32] >> (id % 32) & 1)) rest_ids[n_rest++] = id;
+        if (chars[id] == 255) rest_ids[n_rest++] = id;
     }
     build_trie(v, trie_ids, m, &v->all);
     build_trie(v, rest_ids, n_rest, &v->rest);
@@ -238,7 +236,6 @@ void grammar_vocab_free(grammar_vocab_t *v)
     free(v->lens);
     free(v->excluded);
     free(v->tok_next);
-    free(v->plain);
     free(v->plain_le);
     free(v->plain_max);
     free(v->allowed);
