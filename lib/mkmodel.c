@@ -119,8 +119,39 @@ int mkmodel_config(const char *preset, int64_t vocab, model_config_t *c, char *e
         c->engram_n_heads = 3;
         c->engram_head_dim = 64;
         c->engram_vocab_size = 50;
+    } else if (!strcmp(preset, "m")) { /* mid-size, for CPU benchmarks: the released shape at about 1/4 width */
+        static const int ratios[] = {0, 0, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, kv[] = {2, 5, 8},
+                         ix[] = {2, 5, 8, 11, 14}, eng[] = {1, 5};
+        c->n_layers = 16;
+        c->hidden_size = 1024;
+        c->n_heads = 16;
+        c->head_dim = 128;
+        c->rope_dim = 64;
+        c->q_lora_rank = 512;
+        c->o_groups = 4;
+        c->o_lora_rank = 256;
+        c->swiglu_limit = 10.0;
+        c->yarn_original_max_pos = 256;
+        c->n_routed_experts = 16;
+        c->n_experts_per_tok = 2;
+        c->moe_inter = 256;
+        c->sliding_window = 64;
+        set_list(c->compress_ratios, &c->n_compress_ratios, ratios, 19);
+        set_list(c->kv_sources, &c->n_kv_sources, kv, 3);
+        set_list(c->index_sources, &c->n_index_sources, ix, 5);
+        c->candidate_source = 8;
+        c->candidate_topk_blocks = 4;
+        c->candidate_block_size = 32;
+        c->index_n_heads = 16;
+        c->index_head_dim = 64;
+        c->index_topk = 64;
+        set_list(c->engram_layers, &c->n_engram, eng, 2);
+        c->engram_max_ngram = 3;
+        c->engram_n_heads = 4;
+        c->engram_head_dim = 64;
+        c->engram_vocab_size = 64;
     } else {
-        FAIL("unknown preset \"%s\" (a or b)", preset);
+        FAIL("unknown preset \"%s\" (a, b or m)", preset);
     }
     c->max_position_embeddings = c->yarn_original_max_pos * (int64_t)c->yarn_factor;
     int64_t primes[MC_MAX_ENGRAM][(MC_MAX_NGRAM - 1) * MC_MAX_ENGRAM_HEADS];

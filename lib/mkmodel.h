@@ -12,6 +12,10 @@
  *        6 Full r1 + candidate, 7 Reuse, 8 Reindex, 9 Reuse, 10 Reindex, 11 Reuse); hidden 160,
  *        4 heads x 96, q_lora 80 (partial FP8 tiles), window 24, 6 experts top-3, 20 indexer
  *        heads, candidate blocks 2 x 6, index top-6, 3-gram Engram.
+ *   "m"  mid-size, for benchmarks (not tests): 16 layers (0-1 SWA, 2-7 ratio 2 with KV sources 2
+ *        and 5, 8-15 ratio 1 from KV source 8, Reindex 11 and 14), hidden 1024, 16 heads x 128,
+ *        q_lora 512, 16 experts top-2 of 256, window 64, index top-64 over 4 x 32 candidate
+ *        blocks, Engram layers 1 and 5.
  *
  * Files written to the output directory:
  *   config.json            composite HF layout (text_config, quantization_config for fp8)

@@ -32,13 +32,13 @@ int main(int argc, char **argv) {
         {"seed", CLI_INT, &seed, "N", "random seed (default 1)", 0, INT64_MAX},
         {"vocab", CLI_INT, &vocab, "N", "vocabulary size (default 129280, the real tokenizer's)", 16, MKMODEL_FULL_VOCAB},
         {"variant", CLI_STRING, &variant, "fp8|bf16", "fp8: FP8/FP4 as released (default); bf16: the same weights dequantized", 0, 0},
-        {"preset", CLI_STRING, &preset, "a|b", "a: 8 layers (default); b: 12 layers, other sizes", 0, 0},
+        {"preset", CLI_STRING, &preset, "a|b|m", "a: 8 layers (default); b: 12 layers, other sizes; m: mid-size (16 layers, hidden 1024)", 0, 0},
         {"shards", CLI_INT, &shards, "N", "write N shards with an index instead of one file", 1, 64},
         {0},
     };
     cli_spec_t spec = {
         .name = "di-mkmodel",
-        .usage = "--out DIR [--seed N] [--vocab N] [--variant fp8|bf16] [--preset a|b] [--shards N]",
+        .usage = "--out DIR [--seed N] [--vocab N] [--variant fp8|bf16] [--preset a|b|m] [--shards N]",
         .summary = "Writes a tiny DeepSeek-V4.1 checkpoint (config.json + safetensors in the official layout)\n"
                    "generated deterministically from the seed: the released layer schedule scaled down.",
         .opts = opts,
