@@ -233,7 +233,7 @@ static void test_refusals_keep_serving(void) {
     frames_t sa = {0}, sb = {0}, out = {0};
     frame_t reqs[6];
     for (int i = 0; i < 6; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "s%d", i);
         reqs[i] = request(id, (uint64_t)i, 20 + i, (uint32_t)i, 4);
     }
@@ -315,7 +315,7 @@ static void test_pool_pressure(void) {
     enum { N = 8 };
     frame_t reqs[N + 1];
     for (int i = 0; i <= N; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "p%d", i);
         reqs[i] = request(id, (uint64_t)i, i == N ? 50 : 10, (uint32_t)i, 15); /* 25 positions each; the last 65 */
     }
@@ -330,7 +330,7 @@ static void test_pool_pressure(void) {
     answer_t *s = answers(&small, &ns), *b = answers(&big, &nb);
     int same = 0;
     for (int i = 0; i < N; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "p%d", i);
         same += strstr(answer_of(s, ns, id), "| length") && !strcmp(answer_of(s, ns, id), answer_of(b, nb, id));
     }
