@@ -7,6 +7,8 @@
 #   make asan       the same tools and tests built with ASan+UBSan into build-asan/
 #   make check-asan the test suite against the ASan+UBSan build
 #   make fuzz       libFuzzer targets (clang) into build-fuzz/
+#   make check-gpu  the GPU tests (op tests, model vs CPU and goldens, compute-sanitizer) on a
+#                   machine with an NVIDIA GPU; elsewhere they report themselves skipped
 #
 # Layout is discovered, not listed: every lib/*.c goes into libdi.a, every tools/di-X/*.c
 # links into bin/di-X, every tests/unit/test_*.c becomes one test binary, every
@@ -19,10 +21,28 @@ OPT      ?= -O2
 SANITIZE ?=
 CFLAGS   := -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) $(SANITIZE) -Ilib -MMD -MP
 LDLIBS   := -lzmq -lmsgpackc -ljansson -lpcre2-8 -lpthread -lm
+HOST_LDLIBS := $(LDLIBS)
 LDFLAGS  := $(SANITIZE)
 
-LIB_SRC   := $(sort $(wildcard lib/*.c))
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# CUDA: with nvcc (PATH or /usr/local/cuda), kernels/*.cu (nvcc) and lib/backend_cuda*.c go
+# into libdi.a; without it lib/backend_nocuda.c stands in and `--device cuda` says so.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=sm_90
+NVCCFLAGS := -std=c++17 -O3 -g $(CUDA_ARCH) -Xcompiler -Wall,-Wextra --Werror all-warnings
+ALL_LIB_SRC := $(sort $(wildcard lib/*.c))
+CUDA_HOST_SRC := $(filter lib/backend_cuda%.c,$(ALL_LIB_SRC))
+HOST_LIB_SRC := $(filter-out $(CUDA_HOST_SRC),$(ALL_LIB_SRC))
+ifneq ($(NVCC),)
+LIB_SRC   := $(filter-out lib/backend_nocuda.c,$(ALL_LIB_SRC))
+KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(sort $(wildcard kernels/*.cu)))
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+LDFLAGS   += -Wl,--as-needed
+else
+LIB_SRC   := $(HOST_LIB_SRC)
+KERNEL_OBJ :=
+endif
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o) $(KERNEL_OBJ)
 LIBDI     := $(BUILD)/libdi.a
 TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/*.c)))))
 TOOL_BINS := $(TOOLS:%=$(BIN)/%)
@@ -33,7 +53,7 @@ TESTLIB   := $(BUILD)/tests/testlib.o
 DRIVER_BINS := $(patsubst tests/drivers/%.c,$(BUILD)/drivers/%,$(wildcard tests/drivers/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
-.PHONY: all tools tests setup deps data demo check asan check-asan fuzz clean
+.PHONY: all tools tests setup deps data demo check check-gpu asan check-asan fuzz clean
 .SECONDARY: # keep the objects make would treat as intermediate
 all: tools tests
 
@@ -43,6 +63,12 @@ tests: $(TEST_BINS) $(DRIVER_BINS) $(BENCH_BINS)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/common.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/lib/backend_cuda.o $(BUILD)/lib/backend_cuda_%.o: CFLAGS += -isystem $(CUDA_HOME)/include
 
 $(LIBDI): $(LIB_OBJ)
 	@rm -f $@
@@ -94,6 +120,9 @@ demo: setup all
 check: setup all
 	@BIN=$(BIN) BUILD=$(BUILD) tests/run
 
+check-gpu: all
+	@BIN=$(BIN) BUILD=$(BUILD) tests/run cuda
+
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
 	  SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
@@ -106,9 +135,9 @@ FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_FLAGS := -std=c17 -D_GNU_SOURCE -g -O1 -Ilib -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 fuzz: $(FUZZ_BINS)
-build-fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(wildcard lib/*.h)
+build-fuzz/%: tests/fuzz/%.c $(HOST_LIB_SRC) $(wildcard lib/*.h)
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -o $@ $< $(LIB_SRC) $(LDLIBS)
+	clang $(FUZZ_FLAGS) -o $@ $< $(HOST_LIB_SRC) $(HOST_LDLIBS)
 
 clean:
 	rm -rf build build-asan build-fuzz bin

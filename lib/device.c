@@ -1,14 +1,20 @@
 #include "device.h"
 #include "backend_cpu.h"
+#include "backend_cuda.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <string.h>
 
 backend_t *device_open(const char *device, int threads, char *err, size_t errlen) {
     if (!strcmp(device, "cpu")) return backend_cpu_create(threads);
-    if (!strncmp(device, "cuda", 4))
-        snprintf(err, errlen, "--device %s: the CUDA backend is not built yet (issue 5); use --device cpu", device);
-    else
-        snprintf(err, errlen, "--device %s: expected cpu or cuda:N", device);
+    int64_t n = 0;
+    if (!strcmp(device, "cuda") || (!strncmp(device, "cuda:", 5) && parse_i64(device + 5, 0, 1023, &n))) {
+        char why[256];
+        backend_t *bk = backend_cuda_create((int)n, why, sizeof why);
+        if (!bk) snprintf(err, errlen, "--device %s: %s", device, why);
+        return bk;
+    }
+    snprintf(err, errlen, "--device %s: expected cpu or cuda:N", device);
     return NULL;
 }

@@ -1,5 +1,5 @@
-/* --device for the model stages: "cpu" (the exact fp32 backend, backend_cpu.h) or "cuda:N"
- * (not built yet: issue 5). */
+/* --device for the model stages: "cpu" (the exact fp32 backend, backend_cpu.h) or "cuda" /
+ * "cuda:N" (backend_cuda.h; refused with the reason when the build or the machine has none). */
 #ifndef DI_DEVICE_H
 #define DI_DEVICE_H
 

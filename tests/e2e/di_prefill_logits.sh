@@ -54,7 +54,7 @@ check_err "is not a token id" --model "$tmp/a" --logits --ids 1,x
 check_err "outside the vocabulary" --model "$tmp/a" --logits --ids 1,512
 check_err "exactly one of --ids or --text" --model "$tmp/a" --logits --ids 1 --text hi
 check_err "go with --logits" --model "$tmp/a" --ids 1
-check_err "not built yet (issue 5)" --model "$tmp/a" --device cuda:0 --logits --ids 1
+check_err "device cuda:99: .*CUDA" --model "$tmp/a" --device cuda:99 --logits --ids 1
 check_err "No such file" --model "$tmp/none" --logits --ids 1
 "$BIN/di-prefill" --help | grep -q "state frame" && ok || bad "--help does not describe the frame mode"
 echo "$pass passed, $fail failed"

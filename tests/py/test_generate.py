@@ -264,9 +264,9 @@ def test_misrouted_and_device(s):
     s.check(rcs == [0, 0, 0] and len(a) == 1 and a[0]["error"]["code"] == "misrouted",
             "a request frame reaching di-decode: a 'misrouted' error line", f"{rcs} {a}")
     for t in ("di-prefill", "di-decode"):
-        p = subprocess.run([tool(t), "--model", MODEL, "--device", "cuda:0"], capture_output=True, text=True)
-        s.check(p.returncode != 0 and "issue 5" in p.stderr and p.stderr.count("\n") == 1,
-                f"{t} --device cuda:0 is refused in one line", p.stderr)
+        p = subprocess.run([tool(t), "--model", MODEL, "--device", "cuda:99"], capture_output=True, text=True)
+        s.check(p.returncode != 0 and "--device cuda:99: " in p.stderr and "CUDA" in p.stderr and p.stderr.count("\n") == 1,
+                f"{t} --device cuda:99 (no such GPU) is refused in one line", p.stderr)
 
 
 if __name__ == "__main__":

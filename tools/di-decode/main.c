@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     int64_t threads = 0, max_batch = 64, pool_tokens = 1 << 20, context = 0, max_tokens = 16;
     cli_opt_t opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR", "checkpoint directory (default data/models/tiny-v41)", 0, 0},
-        {"device", CLI_STRING, &device, "cpu|cuda:N", "where the model runs (default cpu; cuda arrives with issue 5)", 0, 0},
+        {"device", CLI_STRING, &device, "cpu|cuda:N", "where the model runs (default cpu; cuda: the GPU backend)", 0, 0},
         {"threads", CLI_INT, &threads, "N", "CPU threads (default $DI_THREADS or all cores)", 0, 256},
         {"max-batch", CLI_INT, &max_batch, "N", "sequences decoded together per step (default 64)", 1, 1 << 16},
         {"pool-tokens", CLI_INT, &pool_tokens, "N", "state positions held at once over all sequences (default 1048576)", 1, 1ll << 40},

@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     int64_t budget = 512;
     cli_opt_t opts[] = {
         {"model", CLI_STRING, &a.model_dir, "DIR", "checkpoint directory (default data/models/tiny-v41)", 0, 0},
-        {"device", CLI_STRING, &a.device, "cpu|cuda:N", "where the model runs (default cpu; cuda arrives with issue 5)", 0, 0},
+        {"device", CLI_STRING, &a.device, "cpu|cuda:N", "where the model runs (default cpu; cuda: the GPU backend)", 0, 0},
         {"threads", CLI_INT, &a.threads, "N", "CPU threads (default $DI_THREADS or all cores)", 0, 256},
         {"token-budget", CLI_INT, &budget, "N", "prompt tokens per batched forward (default 512)", 1, 1 << 20},
         {"replay", CLI_INT, &a.replay, "N", "bounded replay: later decoder layers only over the last N prompt tokens (default: exact; DeepInfer uses " STR(FWD_DEFAULT_REPLAY) ")", 1, 1ll << 40},

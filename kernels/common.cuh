@@ -1,0 +1,176 @@
+// Device helpers shared by the kernels: number formats (the exact decoders and encoders of
+// lib/dequant.c and lib/qat.c, ported so that the device computes the same bits), weight-scale
+// lookup, warp reductions and the launch-status convention.
+#pragma once
+
+#include "kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math.h>
+#include <stdint.h>
+
+#define DI_LAUNCHED() cudaGetLastError()
+
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ float bits_f(uint32_t u) { return __uint_as_float(u); }
+
+// ---- decoders (lib/dequant.c) -------------------------------------------------------------
+__device__ __forceinline__ float e4m3_f(uint8_t b) {
+    uint32_t e = (b >> 3) & 15, m = b & 7, sign = (uint32_t)(b & 0x80) << 24;
+    if (e == 15 && m == 7) return __uint_as_float(sign | 0x7FC00000u);
+    float v = e == 0 ? (float)m * 0x1p-9f : bits_f((e - 7 + 127) << 23 | m << 20);
+    return __uint_as_float(__float_as_uint(v) | sign);
+}
+
+// e2m1 (sign, 2 exponent bits, 1 mantissa bit) placed in an fp32's sign, exponent and
+// mantissa fields is the value times 2^-126 (code 1, 0.5, lands on the subnormal 2^-127).
+__device__ __forceinline__ float e2m1_f(uint32_t code) {
+    return __uint_as_float((code & 7) << 22 | (code & 8) << 28) * 0x1p126f;
+}
+
+__device__ __forceinline__ float e8m0_f(uint8_t b) {
+    if (b == 255) return __uint_as_float(0x7FC00000u);
+    return __uint_as_float(b ? (uint32_t)b << 23 : 0x00400000u);
+}
+
+// Scale of the block holding element (r, c) of w.
+__device__ __forceinline__ float kw_scale(const kw_t &w, const uint8_t *scale, int64_t r, int64_t c) {
+    int64_t ncb = (w.cols + w.block_cols - 1) / w.block_cols;
+    int64_t i = (r / w.block_rows) * ncb + c / w.block_cols;
+    return w.scale_f32 ? ((const float *)scale)[i] : e8m0_f(scale[i]);
+}
+
+// The scales of row r of a weight with 32-column blocks (the fast kernels' layout), computed
+// once per row: the scale of column c is row_scale(...)[c / 32].
+__device__ __forceinline__ const uint8_t *row_scales(const kw_t &w, const uint8_t *scale, int64_t r) {
+    int64_t ncb = (w.cols + 31) >> 5;
+    return scale + (r / w.block_rows) * ncb * (w.scale_f32 ? 4 : 1);
+}
+__device__ __forceinline__ float scale_of(const uint8_t *rs, int scale_f32, int64_t c) {
+    return scale_f32 ? ((const float *)rs)[c >> 5] : e8m0_f(rs[c >> 5]);
+}
+
+// Element (r, c) of w, dequantized (the generic slow path).
+__device__ __forceinline__ float kw_at(const kw_t &w, const uint8_t *data, const uint8_t *scale, int64_t r, int64_t c) {
+    switch (w.kind) {
+    case KW_F32: return ((const float *)data)[r * w.cols + c];
+    case KW_BF16: return bits_f((uint32_t)((const uint16_t *)data)[r * w.cols + c] << 16);
+    case KW_FP8: return e4m3_f(data[r * w.cols + c]) * kw_scale(w, scale, r, c);
+    default: {
+        uint8_t b = data[r * ((w.cols + 1) / 2) + (c >> 1)];
+        return e2m1_f(b >> (4 * (c & 1))) * kw_scale(w, scale, r, c);
+    }
+    }
+}
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// ---- encoders (lib/dequant.c), bit-exact ports ------------------------------------------------
+__device__ __forceinline__ uint8_t f32_to_e4m3_dev(float x) {
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (isnan(x)) return sign | 0x7F;
+    if (a >= 448.0f) return sign | 0x7E;
+    if (a < 0x1p-6f) return sign | (uint8_t)rintf(a * 512.0f);
+    int e;
+    frexpf(a, &e);
+    int E = e - 1;
+    int m = (int)rintf((ldexpf(a, -E) - 1.0f) * 8.0f);
+    if (m == 8) {
+        m = 0;
+        E++;
+    }
+    int code = (E + 7) << 3 | m;
+    return sign | (uint8_t)(code > 0x7E ? 0x7E : code);
+}
+
+__device__ __forceinline__ uint8_t f32_to_e2m1_dev(float x) {
+    const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    float a = fabsf(x);
+    uint8_t code = 0;
+    if (!isnan(x))
+#pragma unroll
+        for (int i = 0; i < 7; i++) code += a > mid[i] || (a == mid[i] && (i & 1));
+    return code | (signbit(x) ? 8 : 0);
+}
+
+// Split-K: after a block stored its partial sums, the last block of output tile `tile` to
+// finish adds every split's partials in split order into out (rows [p0, p1), columns [o0, o1)).
+__device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
+                                              int64_t o1) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&a.counters[tile], 1u) == (unsigned)a.splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    int64_t on = o1 - o0, n = (p1 - p0) * on;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int64_t p = p0 + i / on, o = o0 + i % on;
+        float v = 0.0f;
+        for (int sp = 0; sp < a.splits; sp++) v += __ldcg(&a.partial[(sp * a.positions + p) * a.n + o]);
+        a.out[p * a.ldo + o] = v;
+    }
+    if (threadIdx.x == 0) a.counters[tile] = 0;
+}
+
+// ---- reductions ------------------------------------------------------------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float *red /* 33 floats of shared memory */) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float t = lane < nw ? red[lane] : 0.0f;
+        t = warp_sum(t);
+        if (lane == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+// Copies nrows rows of n floats (row i at rows[i]; NULL: a zero row) into dst with row stride
+// ldd, the whole block cooperating. vec (n % 4 == 0, rows 16-byte aligned): 16-byte loads,
+// eight per thread in flight before any is stored (the loads are latency-bound otherwise).
+__device__ __forceinline__ void load_rows(float *dst, int ldd, const float *const *rows, int nrows, int n, bool vec) {
+    int per = vec ? n / 4 : n, total = nrows * per, step = blockDim.x;
+    for (int base = threadIdx.x; base < total; base += 8 * step) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int x = base + u * step;
+            const float *p = x < total ? rows[x / per] : NULL;
+            if (!p) v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            else if (vec) v[u] = __ldg((const float4 *)p + x % per);
+            else v[u].x = __ldg(p + x % per);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int x = base + u * step;
+            if (x >= total) break;
+            float *o = dst + (x / per) * ldd + (x % per) * (vec ? 4 : 1);
+            o[0] = v[u].x;
+            if (vec) o[1] = v[u].y, o[2] = v[u].z, o[3] = v[u].w;
+        }
+    }
+}
+
+__device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }

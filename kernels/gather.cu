@@ -1,0 +1,20 @@
+// Row gather from a stored table: out row t = the dequantized rows idx[t][0..k) side by side
+// (zeros for an id outside the table). The table may live in mapped host memory (the Engram
+// tables): each row is then read across the bus by the threads that need it.
+#include "common.cuh"
+
+__global__ void gather_kernel(float *out, int64_t ldo, kw_t w, const int32_t *idx, int64_t ldi, int k) {
+    int64_t r = blockIdx.y;
+    int j = blockIdx.x;
+    int32_t id = idx[r * ldi + j];
+    float *dst = out + r * ldo + (int64_t)j * w.cols;
+    bool ok = id >= 0 && id < w.rows;
+    for (int64_t c = threadIdx.x; c < w.cols; c += blockDim.x) dst[c] = ok ? kw_at(w, w.data, w.scale, id, c) : 0.0f;
+}
+
+extern "C" cudaError_t k_gather(float *out, int64_t ldo, const kw_t *table, const int32_t *idx, int64_t ldi, int64_t rows,
+                                int64_t k, cudaStream_t s) {
+    if (rows <= 0 || k <= 0) return cudaSuccess;
+    gather_kernel<<<dim3((unsigned)k, (unsigned)rows), 256, 0, s>>>(out, ldo, *table, idx, ldi, (int)k);
+    return DI_LAUNCHED();
+}

@@ -1,0 +1,19 @@
+// Hyper-connection collapse: out[r][d] = sum_k pre[r][k] * X[r][k*D + d].
+#include "common.cuh"
+
+__global__ void hc_collapse_kernel(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp,
+                                   int64_t D, int hc) {
+    int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    const float *x = X + r * ldx, *w = pre + r * ldp;
+    float s = 0.0f;
+    for (int k = 0; k < hc; k++) s += w[k] * x[k * D + d];
+    out[r * ldo + d] = s;
+}
+
+extern "C" cudaError_t k_hc_collapse(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp,
+                                     int64_t rows, int64_t D, int hc, cudaStream_t s) {
+    if (rows <= 0 || D <= 0) return cudaSuccess;
+    hc_collapse_kernel<<<dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s>>>(out, ldo, X, ldx, pre, ldp, D, hc);
+    return DI_LAUNCHED();
+}

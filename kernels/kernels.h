@@ -1,0 +1,159 @@
+/* The C interface of the CUDA kernels (kernels/, one op per .cu file), called by the CUDA
+ * backend (lib/backend_cuda*.c). Every launcher enqueues its work on the given stream and
+ * returns the launch status. Tensors are fp32 or int32 row-major with a leading dimension in
+ * elements (the backend's bk_tensor_t); weights stay in their storage format (kw_t, the device
+ * copy of a wmat_t) and are dequantized by the kernels that read them.
+ *
+ * Precision: fp32 everywhere except the tensor-core matmuls against FP8/FP4 weights, whose
+ * activations become bf16 operands (one to three pieces) with fp32 accumulation. */
+#ifndef DI_KERNELS_H
+#define DI_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { KW_F32 = 0, KW_BF16 = 1, KW_FP8 = 2, KW_FP4 = 3 }; /* = wq_kind_t */
+
+typedef struct {
+    const uint8_t *data, *scale; /* device (or mapped host) memory; FP4 rows are ceil(cols/2) bytes */
+    int kind, scale_f32, block_rows, block_cols;
+    int64_t rows, cols;
+} kw_t;
+
+/* ---- matmul (matmul_simt.cu, matmul_tc.cu) -------------------------------------------------------
+ * out[p][o] = sum_i x[xrow(p)][i] * W[row0 + o][i] for o < n, over positions p.
+ * Dense: positions 0..m-1, xrow(p) = p, weight w.
+ * Grouped (MoE, wtab != NULL): group g owns positions offsets[g] .. offsets[g+1]-1 and weight
+ * wtab[g] (format of w); xrow(p) = x_rows[p]. active[0 .. counts[0]) lists the groups with
+ * positions, tiles[0 .. counts[1]) the (group, first position) pairs of 128-position tiles.
+ * splits > 1 (dense): the reduction is cut in `splits` ranges whose partial sums go to partial
+ * ([splits][positions][n]); the last block of an output tile to finish (counted in counters,
+ * zero before and after) adds them in split order. pos_chunk > 0 (dense, CUDA cores, splits
+ * 1): blocks take pos_chunk positions each instead of all of them. */
+typedef struct {
+    int64_t m, n, k, row0;
+    const float *x;
+    int64_t ldx;
+    float *out;
+    int64_t ldo;
+    int act_terms; /* tensor cores: activations as 1, 2 or 3 bf16 pieces (bf16 .. fp32 precision) */
+    kw_t w;
+    const kw_t *wtab;
+    const int32_t *offsets, *x_rows, *active, *tiles, *counts;
+    int64_t max_active, max_tiles, positions;
+    int splits;
+    int64_t split_k; /* reduction elements per split (multiple of 256) */
+    float *partial;
+    unsigned *counters;
+    int64_t pos_chunk;
+    int64_t blocks_cap; /* CUDA cores, no split: at most this many blocks along the outputs (0: no cap) */
+} mm_args_t;
+
+/* True when the fast kernels can read this weight (else k_matmul_simt uses a plain one). */
+int k_matmul_fast_ok(const kw_t *w);
+cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
+/* Tensor cores (mma.sync bf16); FP8/FP4 weights with k a multiple of 32, block_cols 32. */
+int k_matmul_tc_ok(const kw_t *w);
+cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
+
+/* ---- memory (copy.cu) and row-wise ops ---------------------------------------------------- */
+cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols, cudaStream_t s);
+cudaError_t k_rmsnorm(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int64_t rows, int64_t cols,
+                      float eps, cudaStream_t s);
+cudaError_t k_rope(float *x, int64_t ldx, int64_t rows, int64_t cols, int head_dim, const float *inv_freq, int half,
+                   int64_t pos0, int64_t pos_step, int inverse, cudaStream_t s);
+cudaError_t k_qat(float *x, int64_t ldx, int64_t rows, int64_t cols, int kind, int block, cudaStream_t s);
+cudaError_t k_hc_mix(float *coef, int64_t ldc, const float *mixes, int64_t ldm, const float *X, int64_t ldx, int64_t rows,
+                     int64_t xcols, const float *base, const float *scale, int hc, float eps, float hc_eps, int iters,
+                     cudaStream_t s);
+cudaError_t k_hc_collapse(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp, int64_t rows,
+                          int64_t D, int hc, cudaStream_t s);
+cudaError_t k_hc_expand(float *X, int64_t ldx, const float *y, int64_t ldy, const float *coef, int64_t ldc, int64_t rows,
+                        int64_t D, int hc, cudaStream_t s);
+cudaError_t k_hc_fill(float *X, int64_t ldx, const float *e, int64_t lde, int64_t rows, int64_t D, int hc, cudaStream_t s);
+cudaError_t k_gather(float *out, int64_t ldo, const kw_t *table, const int32_t *idx, int64_t ldi, int64_t rows, int64_t k,
+                     cudaStream_t s);
+cudaError_t k_engram_gate(float *X, int64_t ldx, const float *kv, int64_t ldkv, const float *qk, int64_t ldqk, int64_t rows,
+                          int64_t D, int hc, float eps, cudaStream_t s);
+cudaError_t k_group_pool(float *out, int64_t ldo, const float *z, int64_t ldz, const float *sc, int64_t lds, int64_t groups,
+                         int64_t d, int ratio, cudaStream_t s);
+
+/* ---- attention (attention.cu) --------------------------------------------------------------
+ * Sparse attention with sink (backend.h). Virtual key u < window: the window row of position
+ * i - u; u >= window: pool row sel[r][u - window]. splits > 1: partial results of key ranges
+ * in part_o ([splits][m][heads*d]) and part_ml ([splits][m][heads][2]), merged by the same
+ * launcher. */
+typedef struct {
+    float *out;
+    int64_t ldo;
+    const float *q;
+    int64_t ldq;
+    const float *sink;
+    float scale;
+    const float *ring;
+    int64_t ld_ring, ring_rows;
+    const float *kv_new;
+    int64_t ld_kv;
+    int64_t pos0, win_lo;
+    int window;
+    const float *pool;
+    int64_t ld_pool, pool_rows;
+    const int32_t *sel;
+    int64_t ld_sel, n_sel;
+    int64_t m;
+    int heads, d;
+    int splits;
+    float *part_o, *part_ml;
+} attn_args_t;
+cudaError_t k_attention(const attn_args_t *a, cudaStream_t s);
+size_t k_attention_smem(int d);
+
+/* ---- indexer (indexer_score.cu, topk.cu) ------------------------------------------------------
+ * scores[r][j] (ld = nk) for j < nvis(r) = min(nk, (pos0 + r + 1) / ratio), -inf beyond. */
+cudaError_t k_indexer_score(float *scores, const float *q, int64_t ldq, const float *w, int64_t ldw, const float *keys,
+                            int64_t ldk, int64_t nk, int64_t m, int heads, int di, int64_t pos0, int ratio, float q_scale,
+                            float w_scale, cudaStream_t s);
+/* Block scores: bs[r][b] = max of the row's visible scores in block b, the newest block +inf. */
+cudaError_t k_block_scores(float *bs, int64_t nb_max, const float *scores, int64_t nk, int64_t m, int64_t pos0, int ratio,
+                           int block_size, cudaStream_t s);
+/* Entries outside the row's candidate blocks (ascending ids, -1 padded) become -inf. */
+cudaError_t k_mask_blocks(float *scores, int64_t nk, int64_t m, const int32_t *blocks, int64_t ldb, int64_t nblocks,
+                          int block_size, cudaStream_t s);
+/* Top-k per row of s (row r has n(r) = min(cap, (pos0 + r + 1) / ratio) entries, divided up
+ * to blocks of `block` when block > 0): the ids of the k largest finite scores, ties to the
+ * lower id, ascending, -1 padded. */
+cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, int64_t m, int64_t cap, int64_t pos0,
+                   int ratio, int block, cudaStream_t s);
+
+/* ---- router and experts (router.cu, moe_dispatch.cu, moe_act.cu, moe_combine.cu) ------------ */
+cudaError_t k_router(int32_t *idx, int64_t ldi, float *wt, int64_t ldw, const float *logits, int64_t ldl, const float *bias,
+                     int64_t rows, int E, int k, float temp, int normalize, float scale, cudaStream_t s);
+/* From idx (m x k, ld ldi) over E experts: offsets[E+1], pos_of[m*k] (-1 for invalid ids),
+ * x_rows[P], wpos[P] (the slot weight), active/tiles lists and counts[2] (kw matmul layout). */
+cudaError_t k_moe_dispatch(const int32_t *idx, int64_t ldi, const float *wt, int64_t ldw, int64_t m, int k, int E,
+                           int32_t *offsets, int32_t *pos_of, int32_t *x_rows, float *wpos, int32_t *active, int32_t *tiles,
+                           int32_t *counts, cudaStream_t s);
+/* h[p][i] = weight(p) * silu(min(g, limit)) * clamp(u, -limit, limit) (no clamp if limit <= 0);
+ * weight(p) = wpos[p], or 1 when wpos is NULL. g, u, h: P x I (h may be g). */
+cudaError_t k_moe_act(float *h, const float *g, const float *u, const float *wpos, int64_t P, int64_t I, float limit,
+                      cudaStream_t s);
+/* out[r] = sum of y[pos_of[r][s]] over slots in ascending expert order, then + shared[r]. */
+cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx, int64_t ldi,
+                          const float *shared, int64_t m, int k, int64_t D, cudaStream_t s);
+
+/* ---- bench-only synthesis (random_fill.cu) ---------------------------------------------------- */
+cudaError_t k_fill_uniform(float *x, int64_t ld, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed,
+                           cudaStream_t s);
+/* Random weights of the given format, values uniform in +-amp, encoded with per-block scales. */
+cudaError_t k_random_weight(uint8_t *data, uint8_t *scale, int kind, int64_t rows, int64_t cols, int block_rows,
+                            int block_cols, float amp, uint64_t seed, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,42 @@
+// QAT fake quantization in place (lib/qat.h) with the same fp32 operations as qat_apply, so
+// the device decides every rounding as the CPU does. Blocks of 16 or 32 (any divisor of 32).
+#include "common.cuh"
+
+enum { QAT_FP8_UE8M0, QAT_FP4_UE8M0, QAT_FP4_E4M3 }; // = qat_kind_t
+
+__device__ float pow2_ceil_dev(float t) {
+    uint32_t bits = __float_as_uint(t);
+    int k = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
+    return ldexpf(1.0f, k);
+}
+
+__device__ float qat_scale_dev(int kind, float amax) {
+    switch (kind) {
+    case QAT_FP8_UE8M0: return pow2_ceil_dev(fmaxf(amax, 1e-4f) * (float)(1.0 / 448.0));
+    case QAT_FP4_UE8M0: return pow2_ceil_dev(fmaxf(amax, (float)(6.0 * 0x1p-126)) * (float)(1.0 / 6.0));
+    default: return e4m3_f(f32_to_e4m3_dev(fmaxf(amax, (float)(6.0 * 0x1p-9)) / 6.0f));
+    }
+}
+
+// One thread per element; the `block` threads of a block (aligned within a warp) share its
+// absolute maximum by shuffles.
+__global__ void qat_kernel(float *x, int64_t ldx, int64_t rows, int64_t nblocks, int kind, int block) {
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, b = t / block, n = rows * nblocks;
+    int l = (int)(t % block);
+    float *v = b < n ? x + (b / nblocks) * ldx + (b % nblocks) * block + l : NULL;
+    float val = v ? *v : 0.0f, amax = fabsf(val);
+    for (int o = block / 2; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, block));
+    if (!v) return;
+    float lim = kind == QAT_FP8_UE8M0 ? 448.0f : 6.0f, sc = qat_scale_dev(kind, amax);
+    float q = fminf(fmaxf(val / sc, -lim), lim);
+    float d = kind == QAT_FP8_UE8M0 ? e4m3_f(f32_to_e4m3_dev(q)) : e2m1_f(f32_to_e2m1_dev(q));
+    *v = d * sc;
+}
+
+extern "C" cudaError_t k_qat(float *x, int64_t ldx, int64_t rows, int64_t cols, int kind, int block, cudaStream_t s) {
+    int64_t nb = cols / block, n = rows * nb * block; // a partial trailing block is left alone, as qat_apply does
+    if (block <= 0 || block > 32 || 32 % block) return cudaErrorInvalidValue;
+    if (n <= 0) return cudaSuccess;
+    qat_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, s>>>(x, ldx, rows, nb, kind, block);
+    return DI_LAUNCHED();
+}

@@ -1,0 +1,473 @@
+/* CUDA backend: device selection, the caching allocator, tensors, weight binding (device
+ * copies in storage format; Engram tables in page-locked host memory), graph capture, per-op
+ * profiling and the benchmark's weight synthesis. The ops are in backend_cuda_ops.c and
+ * backend_cuda_mm.c. */
+#include "backend_cuda_internal.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cu_check(cudaError_t e, const char *what, const char *file, int line) {
+    if (e != cudaSuccess) die("CUDA error in %s (%s:%d): %s", what, file, line, cudaGetErrorString(e));
+}
+
+/* ---- caching allocator ------------------------------------------------------------------ */
+#define STAGE_BYTES ((size_t)256 << 20) /* page-locked, allocated by the first capture */
+
+static size_t round_size(size_t n) { return (n + 511) & ~(size_t)511; }
+
+static void free_cached(cuda_t *c) {
+    for (size_t i = 0; i < c->n_free; i++) CU(cudaFree(c->free_blocks[i].p));
+    c->n_free = 0;
+    c->bytes_cached = 0;
+}
+
+void *cu_scratch(cuda_t *c, size_t bytes) {
+    size_t size = round_size(bytes ? bytes : 1), best = SIZE_MAX;
+    for (size_t i = 0; i < c->n_free; i++) { /* best fit, wasting at most half a block */
+        size_t s = c->free_blocks[i].size;
+        if (s >= size && s <= 2 * size && (best == SIZE_MAX || s < c->free_blocks[best].size)) best = i;
+    }
+    cu_block_t *b = xmalloc(sizeof *b);
+    if (best != SIZE_MAX) {
+        *b = c->free_blocks[best];
+        c->free_blocks[best] = c->free_blocks[--c->n_free];
+        c->bytes_cached -= b->size;
+    } else {
+        b->size = size;
+        cudaError_t e = cudaMalloc(&b->p, size);
+        if (e != cudaSuccess && !c->capturing) { /* give the cache back and try once more */
+            (void)cudaGetLastError();
+            CU(cudaStreamSynchronize(c->stream));
+            free_cached(c);
+            e = cudaMalloc(&b->p, size);
+        }
+        if (e != cudaSuccess)
+            die("CUDA backend: out of device memory allocating %zu bytes (%zu MiB in tensors, %zu MiB in weights)", size,
+                c->bytes_live >> 20, c->bytes_weights >> 20);
+    }
+    c->bytes_live += b->size;
+    u64map_put(&c->live, (uint64_t)(uintptr_t)b->p, b);
+    return b->p;
+}
+
+void cu_release_scratch(cuda_t *c, void *p) {
+    cu_block_t *b = u64map_remove(&c->live, (uint64_t)(uintptr_t)p);
+    if (!b) die("CUDA backend: release of memory it did not allocate");
+    if (c->n_free == c->cap_free) {
+        c->cap_free = c->cap_free ? 2 * c->cap_free : 64;
+        c->free_blocks = xrealloc(c->free_blocks, c->cap_free * sizeof *c->free_blocks);
+    }
+    c->free_blocks[c->n_free++] = *b;
+    c->bytes_live -= b->size;
+    c->bytes_cached += b->size;
+    free(b);
+}
+
+/* ---- profiling -------------------------------------------------------------------------- */
+void cu_prof_begin(cuda_t *c, const char *name) {
+    if (!c->prof) return;
+    if (c->n_marks == c->cap_marks) {
+        size_t cap = c->cap_marks ? 2 * c->cap_marks : 1024;
+        c->marks = xrealloc(c->marks, cap * sizeof *c->marks);
+        for (size_t i = c->cap_marks; i < cap; i++) {
+            CU(cudaEventCreate(&c->marks[i].a));
+            CU(cudaEventCreate(&c->marks[i].b));
+        }
+        c->cap_marks = cap;
+    }
+    c->marks[c->n_marks].name = name;
+    CU(cudaEventRecord(c->marks[c->n_marks].a, c->stream));
+}
+
+void cu_prof_end(cuda_t *c) {
+    if (!c->prof) return;
+    CU(cudaEventRecord(c->marks[c->n_marks++].b, c->stream));
+}
+
+/* Adds the recorded marks to the totals. */
+static void prof_collect(cuda_t *c) {
+    if (!c->n_marks) return;
+    CU(cudaStreamSynchronize(c->stream));
+    for (size_t i = 0; i < c->n_marks; i++) {
+        float ms = 0;
+        CU(cudaEventElapsedTime(&ms, c->marks[i].a, c->marks[i].b));
+        int t = 0;
+        while (t < c->n_totals && strcmp(c->totals[t].name, c->marks[i].name)) t++;
+        if (t == c->n_totals) {
+            if (t == (int)DI_ARRAY_LEN(c->totals)) continue;
+            c->totals[c->n_totals++] = (cu_total_t){c->marks[i].name, 0, 0};
+        }
+        c->totals[t].ms += ms;
+        c->totals[t].calls++;
+    }
+    c->n_marks = 0;
+}
+
+void backend_cuda_profile(backend_t *bk, bool on) {
+    cuda_t *c = cu_of(bk);
+    prof_collect(c);
+    c->prof = on;
+}
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const cu_total_t *)a)->ms, y = ((const cu_total_t *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+void backend_cuda_profile_report(backend_t *bk, FILE *f, double divide_by) {
+    cuda_t *c = cu_of(bk);
+    prof_collect(c);
+    qsort(c->totals, (size_t)c->n_totals, sizeof *c->totals, by_time);
+    double sum = 0;
+    for (int t = 0; t < c->n_totals; t++) sum += c->totals[t].ms;
+    for (int t = 0; t < c->n_totals; t++)
+        fprintf(f, "  %-24s %10.4f ms %6.1f%% %8.1f calls\n", c->totals[t].name, c->totals[t].ms / divide_by,
+                100.0 * c->totals[t].ms / (sum > 0 ? sum : 1), c->totals[t].calls / divide_by);
+    fprintf(f, "  %-24s %10.4f ms\n", "sum of ops", sum / divide_by);
+    c->n_totals = 0;
+}
+
+/* ---- tensors ---------------------------------------------------------------------------- */
+static bk_tensor_t cuda_alloc(backend_t *bk, bk_dtype_t dtype, int64_t rows, int64_t cols) {
+    cuda_t *c = cu_of(bk);
+    size_t bytes = (size_t)(rows * cols) * 4;
+    void *p = cu_scratch(c, bytes);
+    CU(cudaMemsetAsync(p, 0, bytes ? bytes : 4, c->stream));
+    return (bk_tensor_t){p, dtype, rows, cols, cols};
+}
+
+static void cuda_release(backend_t *bk, bk_tensor_t *t) {
+    cu_release_scratch(cu_of(bk), t->ptr);
+    *t = (bk_tensor_t){0};
+}
+
+static void *stage_take(cuda_t *c, size_t bytes) {
+    size_t off = (c->stage_used + 255) & ~(size_t)255;
+    if (off + bytes > c->stage_cap)
+        die("CUDA backend: transfers inside one graph capture exceed the %zu MiB staging area", c->stage_cap >> 20);
+    c->stage_used = off + bytes;
+    return c->stage + off;
+}
+
+/* Host <-> device in 1-D copies (one per row unless the rows are contiguous): graph replays
+ * can update 1-D memcpy nodes in place, not 2-D ones. */
+static void memcpy_rows(cuda_t *c, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows, int64_t cols,
+                        enum cudaMemcpyKind kind) {
+    size_t row = (size_t)cols * 4;
+    if (rows == 1 || (ldd == cols && lds == cols)) {
+        CU(cudaMemcpyAsync(dst, src, row * (size_t)rows, kind, c->stream));
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        CU(cudaMemcpyAsync((char *)dst + (size_t)(r * ldd) * 4, (const char *)src + (size_t)(r * lds) * 4, row, kind, c->stream));
+}
+
+static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
+    cuda_t *c = cu_of(bk);
+    size_t row = (size_t)dst.cols * 4;
+    if (!dst.rows || !row) return;
+    if (c->capturing) { /* the graph copies from page-locked memory that outlives the call */
+        void *s = stage_take(c, row * (size_t)dst.rows);
+        memcpy(s, host, row * (size_t)dst.rows);
+        host = s;
+    }
+    memcpy_rows(c, dst.ptr, dst.ld, host, dst.cols, dst.rows, dst.cols, cudaMemcpyHostToDevice);
+}
+
+static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
+    cuda_t *c = cu_of(bk);
+    size_t row = (size_t)src.cols * 4;
+    if (!src.rows || !row) return;
+    if (c->capturing) { /* delivered by backend_cuda_graph_end */
+        uint8_t *s = stage_take(c, row * (size_t)src.rows);
+        memcpy_rows(c, s, src.cols, src.ptr, src.ld, src.rows, src.cols, cudaMemcpyDeviceToHost);
+        if (c->n_pending == c->cap_pending) {
+            c->cap_pending = c->cap_pending ? 2 * c->cap_pending : 16;
+            c->pending = xrealloc(c->pending, c->cap_pending * sizeof *c->pending);
+        }
+        c->pending[c->n_pending++] = (cu_pending_t){host, (size_t)(s - c->stage), row * (size_t)src.rows};
+        return;
+    }
+    memcpy_rows(c, host, src.cols, src.ptr, src.ld, src.rows, src.cols, cudaMemcpyDeviceToHost);
+    CU(cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_copy(backend_t *bk, bk_tensor_t dst, bk_tensor_t src) {
+    cuda_t *c = cu_of(bk);
+    cu_prof_begin(c, "copy");
+    CU(k_copy(dst.ptr, dst.ld, src.ptr, src.ld, dst.rows, dst.cols, c->stream));
+    cu_prof_end(c);
+}
+
+void backend_cuda_sync(backend_t *bk) { CU(cudaStreamSynchronize(cu_of(bk)->stream)); }
+
+void backend_cuda_memory(backend_t *bk, size_t *live, size_t *cached, size_t *weights) {
+    cuda_t *c = cu_of(bk);
+    *live = c->bytes_live, *cached = c->bytes_cached, *weights = c->bytes_weights;
+}
+
+/* ---- weights ---------------------------------------------------------------------------- */
+static size_t data_bytes(wq_kind_t kind, int64_t rows, int64_t cols) {
+    size_t row = kind == WQ_F32 ? (size_t)cols * 4 : kind == WQ_BF16 ? (size_t)cols * 2 : kind == WQ_FP8 ? (size_t)cols
+                                                                                                         : (size_t)(cols + 1) / 2;
+    return row * (size_t)rows;
+}
+
+static size_t scale_bytes(const wmat_t *m) {
+    if (m->kind != WQ_FP8 && m->kind != WQ_FP4) return 0;
+    return wmat_scale_count(m->rows, m->cols, m->block_rows, m->block_cols) * (m->scale_f32 ? 4 : 1);
+}
+
+/* A page-locked, device-mapped copy of host data; returns the device-visible pointer. (The
+ * mapping's own pages are not registered in place: a registered range would cover the
+ * neighbouring tensors of the file, whose copies to the device then fail.) */
+static const uint8_t *host_resident(bk_weight_t *w, int slot, const uint8_t *src, size_t bytes) {
+    void *copy, *dev;
+    CU(cudaHostAlloc(&copy, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable));
+    memcpy(copy, src, bytes);
+    w->reg[slot] = copy;
+    CU(cudaHostGetDevicePointer(&dev, copy, 0));
+    return dev;
+}
+
+static bk_weight_t *cuda_bind(backend_t *bk, const wmat_t *m) {
+    cuda_t *c = cu_of(bk);
+    bk_weight_t *w = xcalloc(1, sizeof *w);
+    w->w = (kw_t){NULL, NULL, (int)m->kind, m->scale_f32, m->block_rows ? m->block_rows : 1,
+                  m->block_cols ? m->block_cols : 1, m->rows, m->cols};
+    size_t db = data_bytes(m->kind, m->rows, m->cols), sb = scale_bytes(m);
+    w->host = m->kind == WQ_FP8 && m->block_rows == 1; /* the Engram tables (model_weights.h) */
+    if (w->host) {
+        w->w.data = host_resident(w, 0, m->data, db);
+        w->w.scale = host_resident(w, 1, m->scale, sb);
+        return w;
+    }
+    void *d, *s = NULL;
+    CU(cudaMalloc(&d, db ? db : 1));
+    CU(cudaMemcpy(d, m->data, db, cudaMemcpyHostToDevice));
+    if (sb) {
+        CU(cudaMalloc(&s, sb));
+        CU(cudaMemcpy(s, m->scale, sb, cudaMemcpyHostToDevice));
+    }
+    w->w.data = d, w->w.scale = s;
+    w->bytes = db + sb;
+    c->bytes_weights += w->bytes;
+    return w;
+}
+
+static void cuda_unbind(backend_t *bk, bk_weight_t *w) {
+    cuda_t *c = cu_of(bk);
+    if (w->host) {
+        for (int i = 0; i < 2; i++)
+            if (w->reg[i]) CU(cudaFreeHost(w->reg[i]));
+    } else {
+        CU(cudaFree((void *)w->w.data));
+        if (w->w.scale) CU(cudaFree((void *)w->w.scale));
+        c->bytes_weights -= w->bytes;
+    }
+    free(w);
+}
+
+bk_weight_t *backend_cuda_random_weight(backend_t *bk, wq_kind_t kind, int64_t rows, int64_t cols, float amp, bool host,
+                                        uint64_t seed) {
+    cuda_t *c = cu_of(bk);
+    bk_weight_t *w = xcalloc(1, sizeof *w);
+    int br = kind == WQ_FP8 && !host ? 32 : 1, bc = 32;
+    w->w = (kw_t){NULL, NULL, (int)kind, 0, br, bc, rows, cols};
+    size_t db = data_bytes(kind, rows, cols), sb = kind == WQ_FP8 || kind == WQ_FP4 ? wmat_scale_count(rows, cols, br, bc) : 0;
+    void *d, *s = NULL;
+    w->host = host;
+    if (host) { /* page-locked, device-mapped, like a bound Engram table */
+        CU(cudaHostAlloc(&d, db, cudaHostAllocMapped | cudaHostAllocPortable));
+        if (sb) CU(cudaHostAlloc(&s, sb, cudaHostAllocMapped | cudaHostAllocPortable));
+        w->reg[0] = d, w->reg[1] = s;
+        void *dd, *ds = NULL;
+        CU(cudaHostGetDevicePointer(&dd, d, 0));
+        if (s) CU(cudaHostGetDevicePointer(&ds, s, 0));
+        d = dd, s = ds;
+    } else {
+        CU(cudaMalloc(&d, db));
+        if (sb) CU(cudaMalloc(&s, sb));
+        w->bytes = db + sb;
+        c->bytes_weights += w->bytes;
+    }
+    CU(k_random_weight(d, s, (int)kind, rows, cols, br, bc, amp, seed, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    w->w.data = d, w->w.scale = s;
+    return w;
+}
+
+void backend_cuda_fill(backend_t *bk, bk_tensor_t t, float lo, float hi, uint64_t seed) {
+    CU(k_fill_uniform(t.ptr, t.ld, t.rows, t.cols, lo, hi, seed, cu_of(bk)->stream));
+}
+
+/* ---- graphs ----------------------------------------------------------------------------- */
+void backend_cuda_graph_begin(backend_t *bk) {
+    cuda_t *c = cu_of(bk);
+    if (c->capturing) die("CUDA backend: graph capture already open");
+    if (!c->stage) {
+        void *stage;
+        CU(cudaHostAlloc(&stage, STAGE_BYTES, cudaHostAllocDefault));
+        c->stage = stage;
+        c->stage_cap = STAGE_BYTES;
+    }
+    c->stage_used = 0;
+    c->n_pending = 0;
+    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
+    c->capturing = true;
+}
+
+void backend_cuda_graph_end(backend_t *bk) {
+    cuda_t *c = cu_of(bk);
+    if (!c->capturing) die("CUDA backend: no graph capture open");
+    cudaGraph_t g;
+    CU(cudaStreamEndCapture(c->stream, &g));
+    c->capturing = false;
+    /* a graph of the same shape as an earlier step's (same node and edge counts) updates that
+     * step's executable in place; any other is instantiated */
+    size_t nodes = 0, edges = 0;
+    CU(cudaGraphGetNodes(g, NULL, &nodes));
+    CU(cudaGraphGetEdges(g, NULL, NULL, NULL, &edges));
+    uint64_t sig = (uint64_t)nodes << 32 ^ (uint64_t)edges;
+    cudaGraphExec_t use = NULL;
+    for (int i = 0; i < c->n_execs && !use; i++) {
+        cudaGraphExecUpdateResultInfo info;
+        if (c->exec_sig[i] != sig) continue;
+        if (cudaGraphExecUpdate(c->execs[i], g, &info) == cudaSuccess) use = c->execs[i], c->n_updated++;
+        else (void)cudaGetLastError();
+    }
+    if (!use) {
+        CU(cudaGraphInstantiate(&use, g, 0));
+        c->n_instantiated++;
+        int slot, n = (int)DI_ARRAY_LEN(c->execs);
+        if (c->n_execs < n) slot = c->n_execs++;
+        else { /* replace the oldest */
+            slot = c->next_exec;
+            c->next_exec = (slot + 1) % n;
+            CU(cudaGraphExecDestroy(c->execs[slot]));
+        }
+        c->execs[slot] = use;
+        c->exec_sig[slot] = sig;
+    }
+    CU(cudaGraphLaunch(use, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaGraphDestroy(g));
+    c->last = use;
+    for (size_t i = 0; i < c->n_pending; i++) memcpy(c->pending[i].host, c->stage + c->pending[i].off, c->pending[i].bytes);
+    c->n_pending = 0;
+}
+
+void backend_cuda_precision(backend_t *bk, cuda_precision_t p) { cu_of(bk)->precision = p; }
+
+void backend_cuda_graph_counts(backend_t *bk, long *updated, long *instantiated) {
+    cuda_t *c = cu_of(bk);
+    *updated = c->n_updated, *instantiated = c->n_instantiated;
+}
+
+double backend_cuda_graph_replay(backend_t *bk, int n) {
+    cuda_t *c = cu_of(bk);
+    if (!c->last || n <= 0) return 0;
+    cudaEvent_t a, b;
+    CU(cudaEventCreate(&a));
+    CU(cudaEventCreate(&b));
+    CU(cudaEventRecord(a, c->stream));
+    for (int i = 0; i < n; i++) CU(cudaGraphLaunch(c->last, c->stream));
+    CU(cudaEventRecord(b, c->stream));
+    CU(cudaEventSynchronize(b));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, a, b));
+    CU(cudaEventDestroy(a));
+    CU(cudaEventDestroy(b));
+    return ms / n;
+}
+
+/* ---- the backend -------------------------------------------------------------------------- */
+static void cuda_destroy(backend_t *bk) {
+    cuda_t *c = cu_of(bk);
+    CU(cudaStreamSynchronize(c->stream));
+    for (size_t i = 0; i < c->live.cap; i++)
+        if (c->live.values[i]) {
+            cu_block_t *b = c->live.values[i];
+            CU(cudaFree(b->p));
+            free(b);
+        }
+    u64map_free(&c->live);
+    free_cached(c);
+    free(c->free_blocks);
+    for (int i = 0; i < c->n_execs; i++) CU(cudaGraphExecDestroy(c->execs[i]));
+    for (size_t i = 0; i < c->cap_marks; i++) {
+        CU(cudaEventDestroy(c->marks[i].a));
+        CU(cudaEventDestroy(c->marks[i].b));
+    }
+    free(c->marks);
+    for (int i = 0; i < c->n_expert_tabs; i++) {
+        CU(cudaFree(c->expert_tabs[i].dev));
+        free(c->expert_tabs[i].host);
+    }
+    free(c->expert_tabs);
+    free(c->pending);
+    if (c->stage) CU(cudaFreeHost(c->stage));
+    CU(cudaFree(c->counters));
+    CU(cudaStreamDestroy(c->stream));
+    free(c);
+    free(bk);
+}
+
+int backend_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
+    int n = backend_cuda_device_count();
+    if (n == 0) {
+        snprintf(err, errlen, "no CUDA device (no GPU, or no driver)");
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        snprintf(err, errlen, "CUDA device %d does not exist (%d present)", device, n);
+        return NULL;
+    }
+    struct cudaDeviceProp p;
+    CU(cudaGetDeviceProperties(&p, device));
+    if (p.major < 8) {
+        snprintf(err, errlen, "CUDA device %d (%s) has compute capability %d.%d; the kernels need 8.0 or newer (built for 9.0)",
+                 device, p.name, p.major, p.minor);
+        return NULL;
+    }
+    CU(cudaSetDevice(device));
+    cuda_t *c = xcalloc(1, sizeof *c);
+    c->device = device;
+    c->sms = p.multiProcessorCount;
+    const char *prec = getenv("DI_CUDA_PRECISION");
+    c->precision = CUDA_BF16X3;
+    if (prec && !strcmp(prec, "bf16x2")) c->precision = CUDA_BF16X2;
+    else if (prec && !strcmp(prec, "bf16")) c->precision = CUDA_BF16;
+    else if (prec && !strcmp(prec, "fp32")) c->precision = CUDA_FP32;
+    else if (prec && *prec && strcmp(prec, "bf16x3")) {
+        snprintf(err, errlen, "DI_CUDA_PRECISION must be bf16x3, bf16x2, bf16 or fp32, not '%s'", prec);
+        free(c);
+        return NULL;
+    }
+    CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CU(cudaMalloc((void **)&c->counters, CU_COUNTERS * sizeof *c->counters));
+    CU(cudaMemset(c->counters, 0, CU_COUNTERS * sizeof *c->counters));
+    backend_t *bk = xcalloc(1, sizeof *bk);
+    *bk = (backend_t){
+        .name = "cuda", .impl = c,
+        .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
+        .copy = cuda_copy, .bind = cuda_bind, .unbind = cuda_unbind, .destroy = cuda_destroy,
+        .matmul = cu_matmul, .rmsnorm = cu_rmsnorm, .rope = cu_rope, .qat = cu_qat,
+        .hc_mix = cu_hc_mix, .hc_collapse = cu_hc_collapse, .hc_expand = cu_hc_expand, .hc_fill = cu_hc_fill,
+        .gather = cu_gather, .engram_gate = cu_engram_gate,
+        .group_pool = cu_group_pool, .attention = cu_attention, .indexer_topk = cu_indexer_topk,
+        .router = cu_router, .moe = cu_moe,
+    };
+    return bk;
+}

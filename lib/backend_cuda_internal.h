@@ -1,0 +1,121 @@
+/* Shared pieces of the CUDA backend's host files: the backend's state (stream, caching
+ * allocator, graph capture, profiling), the bound weight, scratch memory and error checks.
+ * backend_cuda.c: memory, binding, graphs, profiling; backend_cuda_ops.c: row-wise ops,
+ * attention, indexer, router; backend_cuda_mm.c: matmul and experts. */
+#ifndef DI_BACKEND_CUDA_INTERNAL_H
+#define DI_BACKEND_CUDA_INTERNAL_H
+
+#include "backend_cuda.h"
+#include "u64map.h"
+
+#include "../kernels/kernels.h"
+
+#include <cuda_runtime_api.h>
+
+struct bk_weight {
+    kw_t w;          /* device view (data/scale device or mapped host pointers) */
+    bool host;       /* lives in page-locked host memory */
+    void *reg[2];    /* host: the page-locked copies (data, scale) */
+    size_t bytes;
+};
+
+typedef struct {
+    void *p;
+    size_t size;
+} cu_block_t;
+
+typedef struct {
+    void *host;
+    size_t off, bytes;
+} cu_pending_t;
+
+typedef struct {
+    const char *name;
+    double ms;
+    long calls;
+} cu_total_t;
+
+typedef struct {
+    const char *name;
+    cudaEvent_t a, b;
+} cu_mark_t;
+
+typedef struct {
+    const bk_expert_t *experts; /* the host array the table mirrors */
+    int n;
+    kw_t *host, *dev; /* 3 * n: w1 of every expert, then w2, then w3 */
+} cu_experts_t;
+
+typedef struct {
+    int device, sms;
+    cuda_precision_t precision;
+    cudaStream_t stream;
+    unsigned *counters; /* split-K tile counters, CU_COUNTERS, zero between launches */
+    /* caching allocator */
+    cu_block_t *free_blocks;
+    size_t n_free, cap_free;
+    u64map_t live; /* ptr -> cu_block_t* */
+    size_t bytes_live, bytes_cached, bytes_weights;
+    /* graph capture */
+    bool capturing;
+    uint8_t *stage; /* page-locked staging for uploads and downloads inside a capture */
+    size_t stage_cap, stage_used;
+    cu_pending_t *pending;
+    size_t n_pending, cap_pending;
+    cudaGraphExec_t execs[4], last;
+    uint64_t exec_sig[4]; /* node and edge counts of the graph each was made from */
+    int n_execs, next_exec;
+    long n_updated, n_instantiated;
+    /* profiling */
+    bool prof;
+    cu_mark_t *marks;
+    size_t n_marks, cap_marks;
+    cu_total_t totals[64];
+    int n_totals;
+    /* MoE expert tables */
+    cu_experts_t *expert_tabs;
+    int n_expert_tabs;
+} cuda_t;
+
+#define CU_COUNTERS 65536
+
+static inline cuda_t *cu_of(backend_t *bk) { return bk->impl; }
+
+/* Dies naming the call and the CUDA error. */
+void cu_check(cudaError_t e, const char *what, const char *file, int line);
+#define CU(call) cu_check((call), #call, __FILE__, __LINE__)
+
+/* Device scratch from the caching allocator (ordered on the stream, so it may be released as
+ * soon as the last kernel using it is enqueued). */
+void *cu_scratch(cuda_t *c, size_t bytes);
+void cu_release_scratch(cuda_t *c, void *p);
+
+/* Profiling marks around an op (no-ops unless profiling). */
+void cu_prof_begin(cuda_t *c, const char *name);
+void cu_prof_end(cuda_t *c);
+
+/* Op entry points (filled into the backend table by backend_cuda.c). */
+void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
+void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
+            int n_experts, const bk_expert_t *shared, float limit);
+void cu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
+void cu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step, bool inverse);
+void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
+void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
+               float eps, float hc_eps, int iters);
+void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
+void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
+void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
+void cu_gather(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tensor_t idx);
+void cu_engram_gate(backend_t *bk, bk_tensor_t X, bk_tensor_t kv, bk_tensor_t qk, int hc, float eps);
+void cu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s, int ratio);
+void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
+                  bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                  const bk_tensor_t *sel);
+void cu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
+                     bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size, float q_scale,
+                     float w_scale);
+void cu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
+               bool normalize, float scale);
+
+#endif

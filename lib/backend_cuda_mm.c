@@ -1,0 +1,162 @@
+/* CUDA matmul and MoE. Path choice: FP8/FP4 weights against more than 32 positions (grouped:
+ * 32 per expert on average) run on the tensor cores (bf16 operands, backend_cuda.h's precision);
+ * everything else (decode, and the F32/BF16 weights the model computes in fp32) on the CUDA
+ * cores in fp32, memory-bound. Short outputs with few positions cut the
+ * reduction across blocks (split-K: the last block of a tile adds the partial sums in a fixed
+ * order, no extra launch) so that a single decode step fills the GPU. MoE routes on the device: dispatch, grouped up projections,
+ * activation, grouped down projection, shared expert, combine; no host round trip. */
+#include "backend_cuda_internal.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TC_MIN_POSITIONS 33
+
+static const char *mm_name(int kind, bool tc) {
+    static const char *simt[] = {"matmul f32", "matmul bf16", "matmul fp8 (cuda cores)", "matmul fp4 (cuda cores)"};
+    static const char *tcn[] = {"matmul f32", "matmul bf16", "matmul fp8 (tensor cores)", "matmul fp4 (tensor cores)"};
+    return (tc ? tcn : simt)[kind & 3];
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static bool use_tc(const cuda_t *c, const mm_args_t *a) {
+    bool enough = a->wtab ? a->positions >= 32 * a->max_active : a->m >= TC_MIN_POSITIONS;
+    return c->precision != CUDA_FP32 && enough && a->k % 32 == 0 && k_matmul_tc_ok(&a->w);
+}
+
+/* Picks the path and the split of a dense or grouped matmul, launches it. profile: mark it. */
+static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
+    bool grouped = a->wtab != NULL, tc = use_tc(c, a);
+    a->act_terms = c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1;
+    bool fast = tc || k_matmul_fast_ok(&a->w);
+    a->splits = 1, a->split_k = a->k, a->partial = NULL, a->pos_chunk = 0;
+    a->blocks_cap = grouped ? 0 : 4 * c->sms; /* dense: blocks loop over output groups, reusing staged activations */
+    if (!grouped && fast) {
+        int64_t blocks = tc ? cdiv(a->n, 128) * cdiv(a->m, 128) : cdiv(a->n, 16);
+        if (!tc && a->m > 32) a->pos_chunk = 32;
+        else if (blocks < 2 * c->sms && a->k >= 512) {
+            int64_t splits = cdiv(2 * c->sms, blocks), most = a->k / 256;
+            if (splits > most) splits = most;
+            a->split_k = cdiv(cdiv(a->k, splits), 256) * 256;
+            a->splits = (int)cdiv(a->k, a->split_k);
+        }
+    }
+    if (a->splits > 1) a->partial = cu_scratch(c, (size_t)(a->splits * a->positions * a->n) * 4), a->counters = c->counters;
+    if (profile) cu_prof_begin(c, mm_name(a->w.kind, tc));
+    CU(tc ? k_matmul_tc(a, c->stream) : k_matmul_simt(a, c->stream));
+    if (profile) cu_prof_end(c);
+    if (a->partial) cu_release_scratch(c, a->partial);
+}
+
+static void dense(cuda_t *c, float *out, int64_t ldo, const float *x, int64_t ldx, int64_t m, const bk_weight_t *w,
+                  int64_t row0, int64_t n, bool profile) {
+    if (m <= 0 || n <= 0) return;
+    mm_args_t a = {.m = m, .n = n, .k = w->w.cols, .row0 = row0, .x = x, .ldx = ldx, .out = out, .ldo = ldo, .w = w->w,
+                   .positions = m};
+    mm_run(c, &a, profile);
+}
+
+void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0) {
+    if (x.cols != w->w.cols) die("CUDA backend: matmul of %lld columns against a weight of %lld", (long long)x.cols,
+                                 (long long)w->w.cols);
+    dense(cu_of(bk), out.ptr, out.ld, x.ptr, x.ld, x.rows, w, row0, out.cols, true);
+}
+
+/* ---- experts ---------------------------------------------------------------------------- */
+/* The device table of a layer's expert weights (w1 of all, then w2, then w3), built on first
+ * use and rebuilt if any weight changed. */
+static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n) {
+    for (int t = 0; t < c->n_expert_tabs; t++) {
+        cu_experts_t *e = &c->expert_tabs[t];
+        if (e->experts != ex || e->n != n) continue;
+        bool same = true;
+        for (int i = 0; i < n && same; i++)
+            same = e->host[i].data == ex[i].w1->w.data && e->host[n + i].data == ex[i].w2->w.data &&
+                   e->host[2 * n + i].data == ex[i].w3->w.data;
+        if (same) return e;
+        CU(cudaFree(e->dev));
+        free(e->host);
+        *e = c->expert_tabs[--c->n_expert_tabs];
+        break;
+    }
+    if (c->capturing) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
+    kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
+    for (int i = 0; i < n; i++) {
+        h[i] = ex[i].w1->w, h[n + i] = ex[i].w2->w, h[2 * n + i] = ex[i].w3->w;
+        for (int j = 0; j < 3; j++) {
+            const kw_t *f = &h[j * n + i], *g = &h[j * n];
+            if (f->kind != g->kind || f->rows != g->rows || f->cols != g->cols || f->block_rows != g->block_rows ||
+                f->block_cols != g->block_cols || f->scale_f32 != g->scale_f32)
+                die("CUDA backend: routed experts of one layer must share one storage format and shape");
+        }
+    }
+    void *dev;
+    CU(cudaMalloc(&dev, (size_t)(3 * n) * sizeof *h));
+    CU(cudaMemcpy(dev, h, (size_t)(3 * n) * sizeof *h, cudaMemcpyHostToDevice));
+    c->expert_tabs = xrealloc(c->expert_tabs, (size_t)(c->n_expert_tabs + 1) * sizeof *c->expert_tabs);
+    c->expert_tabs[c->n_expert_tabs] = (cu_experts_t){ex, n, h, dev};
+    return &c->expert_tabs[c->n_expert_tabs++];
+}
+
+/* One expert MLP over m positions of x (the shared expert): y = w2 . act(w1 x, w3 x). */
+static void shared_expert(cuda_t *c, const bk_expert_t *sh, const float *x, int64_t ldx, int64_t m, float *y, float limit) {
+    int64_t I = sh->w1->w.rows, D = sh->w2->w.rows;
+    float *g = cu_scratch(c, (size_t)(m * I) * 4), *u = cu_scratch(c, (size_t)(m * I) * 4);
+    dense(c, g, I, x, ldx, m, sh->w1, 0, I, false);
+    dense(c, u, I, x, ldx, m, sh->w3, 0, I, false);
+    CU(k_moe_act(g, g, u, NULL, m, I, limit, c->stream));
+    dense(c, y, D, g, I, m, sh->w2, 0, D, false);
+    cu_release_scratch(c, g);
+    cu_release_scratch(c, u);
+}
+
+void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
+            int n_experts, const bk_expert_t *shared, float limit) {
+    cuda_t *c = cu_of(bk);
+    int64_t m = x.rows, D = x.cols, k = idx.cols, E = n_experts, P = m * k;
+    if (m <= 0) return;
+    int64_t I = experts[0].w1->w.rows, groups = E < P ? E : P, tiles = cdiv(P, 128) + groups;
+    const cu_experts_t *tab = expert_table(c, experts, (int)E);
+    int32_t *ints = cu_scratch(c, (size_t)(E + 1 + 2 * P + E + 2 * tiles + 2) * 4);
+    int32_t *offsets = ints, *pos_of = offsets + E + 1, *x_rows = pos_of + P, *active = x_rows + P, *tl = active + E;
+    int32_t *counts = tl + 2 * tiles;
+    float *wpos = cu_scratch(c, (size_t)P * 4), *g = cu_scratch(c, (size_t)(P * I) * 4);
+    float *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
+    float *s = shared ? cu_scratch(c, (size_t)(m * D) * 4) : NULL;
+
+    cu_prof_begin(c, "moe dispatch");
+    CU(k_moe_dispatch(idx.ptr, idx.ld, wt.ptr, wt.ld, m, (int)k, (int)E, offsets, pos_of, x_rows, wpos, active, tl, counts,
+                      c->stream));
+    cu_prof_end(c);
+
+    mm_args_t a = {.m = m, .n = I, .k = D, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = tab->host[0],
+                   .wtab = tab->dev, .offsets = offsets, .x_rows = x_rows, .active = active, .tiles = tl, .counts = counts,
+                   .max_active = groups, .max_tiles = tiles, .positions = P};
+    cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : "moe experts (cuda cores)");
+    mm_run(c, &a, false); /* w1 */
+    a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u;
+    mm_run(c, &a, false); /* w3 */
+    CU(k_moe_act(g, g, u, wpos, P, I, limit, c->stream));
+    a = (mm_args_t){.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
+                    .offsets = offsets, .active = active, .tiles = tl, .counts = counts, .max_active = groups,
+                    .max_tiles = tiles, .positions = P};
+    mm_run(c, &a, false); /* w2 */
+    cu_prof_end(c);
+
+    if (shared) {
+        cu_prof_begin(c, "moe shared expert");
+        shared_expert(c, shared, x.ptr, x.ld, m, s, limit);
+        cu_prof_end(c);
+    }
+    cu_prof_begin(c, "moe combine");
+    CU(k_moe_combine(out.ptr, out.ld, y, pos_of, idx.ptr, idx.ld, s, m, (int)k, D, c->stream));
+    cu_prof_end(c);
+    cu_release_scratch(c, ints);
+    cu_release_scratch(c, wpos);
+    cu_release_scratch(c, g);
+    cu_release_scratch(c, u);
+    cu_release_scratch(c, y);
+    if (s) cu_release_scratch(c, s);
+}

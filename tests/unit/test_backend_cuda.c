@@ -1,0 +1,679 @@
+/* Every CUDA backend op against the CPU backend (the exact fp32 reference, itself checked
+ * against double precision by test_backend_ops) in the habit of llama.cpp's test-backend-ops:
+ * fresh random inputs every run (the seed is printed; DI_TEST_SEED=N repeats a run), GPU
+ * outputs poisoned with NaN before each op, sizes that are not multiples of any tile, and the
+ * shapes that take the fast paths (tensor cores, split-K, split attention, host-resident
+ * tables). Without a GPU every case reports itself skipped.
+ *
+ * Tolerances: fp32 ops 1e-5 (max error over max |reference|); matmuls against FP8/FP4 weights
+ * on the tensor cores round their activations to bf16, so matmuls must match the CPU fed the
+ * same activations (fp32, or bf16-rounded) within 1e-5, and the CPU's fp32 activations within
+ * relative L2 5e-3. QAT and index
+ * outputs must match exactly, except top-k entries whose score ties the cut within rounding. The
+ * experts are checked against a double reference with the same bf16 rounding points (5e-3: an
+ * activation rounded the other way, fp32 against double, moves outputs by a few 1e-4). */
+#include "backend_cpu.h"
+#include "backend_cuda.h"
+#include "testlib.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static backend_t *gpu, *cpu;
+
+/* ---- random data ------------------------------------------------------------------------- */
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float unif(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static float *rand_vec(size_t n, float scale) {
+    float *v = xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) v[i] = unif() * scale;
+    return v;
+}
+static float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+/* ---- tensors on both backends --------------------------------------------------------------- */
+typedef struct {
+    bk_tensor_t g, c;
+} pair_t;
+
+static pair_t put2(const void *v, bk_dtype_t dt, int64_t rows, int64_t cols) {
+    pair_t p = {gpu->alloc(gpu, dt, rows, cols), cpu->alloc(cpu, dt, rows, cols)};
+    gpu->upload(gpu, p.g, v);
+    cpu->upload(cpu, p.c, v);
+    return p;
+}
+static pair_t putf(const float *v, int64_t rows, int64_t cols) { return put2(v, BK_F32, rows, cols); }
+static pair_t puti(const int32_t *v, int64_t rows, int64_t cols) { return put2(v, BK_I32, rows, cols); }
+
+static void poison(bk_tensor_t t) {
+    size_t n = (size_t)(t.rows * t.cols);
+    float *nan = xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    gpu->upload(gpu, t, nan);
+    free(nan);
+}
+/* An output pair, the GPU side poisoned. */
+static pair_t out2(bk_dtype_t dt, int64_t rows, int64_t cols) {
+    pair_t p = {gpu->alloc(gpu, dt, rows, cols), cpu->alloc(cpu, dt, rows, cols)};
+    poison(p.g);
+    return p;
+}
+static void free2(pair_t *p) {
+    gpu->release(gpu, &p->g);
+    cpu->release(cpu, &p->c);
+}
+static float *get(backend_t *b, bk_tensor_t t) {
+    float *v = xmalloc((size_t)(t.rows * t.cols) * 4 + 4);
+    b->download(b, v, t);
+    return v;
+}
+
+/* max |a - b| / max |b|, NaN counting as infinitely wrong */
+static double max_err(const float *a, const float *b, size_t n) {
+    double d = 0, s = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(b[i])) return INFINITY;
+        d = fmax(d, fabs((double)a[i] - b[i])), s = fmax(s, fabs((double)b[i]));
+    }
+    return d / s;
+}
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, s = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i])) return INFINITY;
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
+    }
+    return sqrt(d / s);
+}
+
+/* Both backends' values of a pair, compared: max error <= tol. */
+static double compare(pair_t p, double tol, const char *what) {
+    float *g = get(gpu, p.g), *c = get(cpu, p.c);
+    double e = max_err(g, c, (size_t)(p.g.rows * p.g.cols));
+    CHECKF(e <= tol, "%s: error %.3g > %.1g", what, e, tol);
+    free(g), free(c);
+    return e;
+}
+
+/* ---- weights ---------------------------------------------------------------------------------- */
+typedef struct {
+    wmat_t m;
+    uint8_t *data, *scale;
+    float *dense; /* dequantized, for references */
+    bk_weight_t *g, *c;
+} weight_t;
+
+/* A stored weight with random contents; block_rows 32 for dense FP8, 1 for FP8 rows (Engram). */
+static weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols, int block_rows) {
+    weight_t w = {.m = {.kind = kind, .rows = rows, .cols = cols, .block_rows = block_rows, .block_cols = 32}};
+    size_t n = (size_t)(rows * cols);
+    if (kind == WQ_F32 || kind == WQ_BF16) {
+        w.data = xmalloc(n * 4);
+        for (size_t i = 0; i < n; i++) {
+            float v = unif() * 0.5f;
+            if (kind == WQ_F32) memcpy(w.data + 4 * i, &v, 4);
+            else {
+                uint16_t h = f32_to_bf16(v);
+                memcpy(w.data + 2 * i, &h, 2);
+            }
+        }
+    } else {
+        size_t row_bytes = kind == WQ_FP8 ? (size_t)cols : (size_t)(cols + 1) / 2, nb = row_bytes * (size_t)rows;
+        size_t ns = wmat_scale_count(rows, cols, block_rows, 32);
+        w.data = xmalloc(nb);
+        for (size_t i = 0; i < nb; i++) {
+            uint8_t b = (uint8_t)rnd();
+            w.data[i] = kind == WQ_FP8 && (b & 0x7F) == 0x7F ? b ^ 1 : b;
+        }
+        w.scale = xmalloc(ns);
+        for (size_t i = 0; i < ns; i++) w.scale[i] = (uint8_t)(118 + rnd() % 8);
+    }
+    w.m.data = w.data;
+    w.m.scale = w.scale;
+    w.dense = xmalloc(n * 4);
+    wmat_rows(&w.m, 0, rows, w.dense);
+    w.g = gpu->bind(gpu, &w.m);
+    w.c = cpu->bind(cpu, &w.m);
+    return w;
+}
+static void free_weight(weight_t *w) {
+    gpu->unbind(gpu, w->g);
+    cpu->unbind(cpu, w->c);
+    free(w->data), free(w->scale), free(w->dense);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------------ */
+static void matmul_case(wq_kind_t kind, int64_t R, int64_t C, int64_t m, int64_t row0, int64_t n) {
+    weight_t w = make_weight(kind, R, C, kind == WQ_FP8 ? 32 : 1);
+    bool quant = kind == WQ_FP8 || kind == WQ_FP4;
+    float *x = rand_vec((size_t)(m * (C + 3)), 1.0f), *xr = xmalloc((size_t)(m * (C + 3)) * 4);
+    for (int64_t i = 0; i < m * (C + 3); i++) xr[i] = quant ? bf16_round(x[i]) : x[i];
+    /* x as a column view of a wider tensor, out as one too: the ld paths */
+    pair_t tx = putf(x, m, C + 3), txr = putf(xr, m, C + 3), o = out2(BK_F32, m, n + 5), oc = out2(BK_F32, m, n + 5);
+    bk_tensor_t xv = bk_cols(tx.g, 2, C), ov = bk_cols(o.g, 1, n);
+    gpu->matmul(gpu, ov, xv, w.g, row0);
+    cpu->matmul(cpu, bk_cols(o.c, 1, n), bk_cols(txr.c, 2, C), w.c, row0); /* the same (rounded) activations */
+    cpu->matmul(cpu, bk_cols(oc.c, 1, n), bk_cols(tx.c, 2, C), w.c, row0); /* fp32 activations */
+    float *g = get(gpu, o.g), *c = get(cpu, o.c), *cf = get(cpu, oc.c);
+    float *gs = xmalloc((size_t)(m * n) * 4), *cs = xmalloc((size_t)(m * n) * 4), *cfs = xmalloc((size_t)(m * n) * 4);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j++) gs[r * n + j] = g[r * (n + 5) + 1 + j], cs[r * n + j] = c[r * (n + 5) + 1 + j], cfs[r * n + j] = cf[r * (n + 5) + 1 + j];
+    /* the tensor cores take rounded activations, the CUDA cores fp32 ones: one of the two must match */
+    double e = fmin(max_err(gs, cs, (size_t)(m * n)), max_err(gs, cfs, (size_t)(m * n))), l2 = rel_l2(gs, cfs, (size_t)(m * n));
+    CHECKF(e <= 1e-5, "kind %d %lldx%lld m %lld row0 %lld: error %.3g vs the CPU on the same activations", kind, (long long)R,
+           (long long)C, (long long)m, (long long)row0, e);
+    CHECKF(l2 <= (quant ? 5e-3 : 1e-6), "kind %d m %lld: relative L2 %.3g vs fp32 activations", kind, (long long)m, l2);
+    int untouched = 0; /* the columns around the view keep their poison */
+    for (int64_t r = 0; r < m; r++) untouched += isnan(g[r * (n + 5)]) && isnan(g[r * (n + 5) + n + 1]);
+    CHECK_EQ(untouched, m);
+    free(x), free(xr), free(g), free(c), free(cf), free(gs), free(cs), free(cfs);
+    free2(&tx), free2(&txr), free2(&o), free2(&oc);
+    free_weight(&w);
+}
+
+static void test_matmul(void) {
+    wq_kind_t kinds[] = {WQ_F32, WQ_BF16, WQ_FP8, WQ_FP4};
+    cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16}; /* tensor-core activations in 3, 2 or 1 pieces */
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++)
+    for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
+        backend_cuda_precision(gpu, precs[pr]);
+        matmul_case(kinds[k], 77, 45, 70, 13, 50);     /* odd shape: the plain kernel */
+        matmul_case(kinds[k], 300, 200, 1, 7, 250);    /* CUDA cores */
+        matmul_case(kinds[k], 300, 200, 5, 0, 300);
+        matmul_case(kinds[k], 300, 200, 32, 3, 290);
+        matmul_case(kinds[k], 520, 1024, 1, 0, 500);   /* split-K */
+        matmul_case(kinds[k], 520, 1024, 3, 32, 488);
+        matmul_case(kinds[k], 520, 1024, 40, 0, 520);  /* tensor cores for FP8/FP4 */
+        matmul_case(kinds[k], 520, 1024, 200, 20, 500);
+        matmul_case(kinds[k], 130, 96, 33, 0, 130);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+}
+
+static void test_matmul_deterministic(void) {
+    weight_t w = make_weight(WQ_FP4, 256, 512, 1);
+    float *x = rand_vec(150 * 512, 1.0f);
+    pair_t tx = putf(x, 150, 512);
+    bk_tensor_t o1 = gpu->alloc(gpu, BK_F32, 150, 256), o2 = gpu->alloc(gpu, BK_F32, 150, 256);
+    gpu->matmul(gpu, o1, tx.g, w.g, 0);
+    gpu->matmul(gpu, o2, tx.g, w.g, 0);
+    float *a = get(gpu, o1), *b = get(gpu, o2);
+    CHECK(!memcmp(a, b, 150 * 256 * 4));
+    gpu->release(gpu, &o1), gpu->release(gpu, &o2), free2(&tx);
+    free(a), free(b), free(x);
+    free_weight(&w);
+}
+
+static void test_gather(void) {
+    struct {
+        wq_kind_t kind;
+        int block_rows;
+    } tables[] = {{WQ_FP8, 32}, {WQ_BF16, 1}, {WQ_FP8, 1} /* Engram layout: host-resident on the GPU */};
+    for (size_t t = 0; t < DI_ARRAY_LEN(tables); t++) {
+        weight_t w = make_weight(tables[t].kind, 50, 256 + 37 * (tables[t].kind != WQ_FP8 || tables[t].block_rows != 1), tables[t].block_rows);
+        int32_t idx[4 * 3] = {0, 49, 7, 3, 3, 3, 12, -1, 50, 22, 41, 1};
+        pair_t ti = puti(idx, 4, 3), o = out2(BK_F32, 4, 3 * w.m.cols);
+        gpu->gather(gpu, o.g, w.g, ti.g);
+        cpu->gather(cpu, o.c, w.c, ti.c);
+        compare(o, 0, "gather");
+        free2(&ti), free2(&o);
+        free_weight(&w);
+    }
+}
+
+/* ---- row-wise ops ------------------------------------------------------------------------------- */
+static void test_rmsnorm(void) {
+    int64_t shapes[][2] = {{7, 45}, {3, 5120}, {300, 512}};
+    for (size_t s = 0; s < DI_ARRAY_LEN(shapes); s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1];
+        float *x = rand_vec((size_t)(m * n), 3.0f), *w = rand_vec((size_t)n, 1.0f);
+        pair_t tx = putf(x, m, n), tw = putf(w, 1, n), o = out2(BK_F32, m, n);
+        for (int with = 0; with < 2; with++) {
+            poison(o.g);
+            gpu->rmsnorm(gpu, o.g, tx.g, with ? &tw.g : NULL, 1e-20f);
+            cpu->rmsnorm(cpu, o.c, tx.c, with ? &tw.c : NULL, 1e-20f);
+            compare(o, 1e-5, "rmsnorm");
+        }
+        gpu->rmsnorm(gpu, tx.g, tx.g, &tw.g, 1e-6f); /* in place */
+        cpu->rmsnorm(cpu, tx.c, tx.c, &tw.c, 1e-6f);
+        compare(tx, 1e-5, "rmsnorm in place");
+        free2(&tx), free2(&tw), free2(&o);
+        free(x), free(w);
+    }
+}
+
+static void test_rope(void) {
+    int64_t m = 5, hd = 40, heads = 3, half = 8;
+    float *x = rand_vec((size_t)(m * heads * hd), 1.0f), f[8];
+    for (int p = 0; p < half; p++) f[p] = powf(0.37f, (float)p);
+    pair_t tx = putf(x, m, heads * hd), tf = putf(f, 1, half);
+    int64_t pos0s[] = {0, 1000, 123457};
+    for (size_t i = 0; i < DI_ARRAY_LEN(pos0s); i++)
+        for (int inv = 0; inv < 2; inv++) {
+            gpu->rope(gpu, tx.g, (int)hd, tf.g, pos0s[i], 3, inv);
+            cpu->rope(cpu, tx.c, (int)hd, tf.c, pos0s[i], 3, inv);
+            compare(tx, 1e-5, "rope");
+        }
+    free2(&tx), free2(&tf);
+    free(x);
+}
+
+static void test_qat(void) {
+    struct {
+        qat_kind_t kind;
+        int block;
+    } kinds[] = {{QAT_FP8_UE8M0, 32}, {QAT_FP4_UE8M0, 32}, {QAT_FP4_E4M3, 16}};
+    for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
+        int m = 40, n = 512;
+        float *x = rand_vec((size_t)(m * n), 1.0f);
+        for (int i = 0; i < n; i++) x[n + i] *= 1e-6f, x[3 * n + i] *= 3000.0f;
+        for (int i = 0; i < 32; i++) x[2 * n + i] = 0.0f;
+        for (int i = 0; i < n; i++) x[4 * n + i] = (float)((int)(unif() * 24)) * 0.25f; /* many exact ties */
+        pair_t t = putf(x, m, n);
+        gpu->qat(gpu, t.g, kinds[k].kind, kinds[k].block);
+        cpu->qat(cpu, t.c, kinds[k].kind, kinds[k].block);
+        float *g = get(gpu, t.g), *c = get(cpu, t.c);
+        CHECKF(!memcmp(g, c, (size_t)(m * n) * 4), "qat kind %d: not bit-identical to the CPU", kinds[k].kind);
+        free2(&t);
+        free(x), free(g), free(c);
+    }
+}
+
+static void test_hc(void) {
+    int iters[] = {1, 20};
+    for (size_t it = 0; it < DI_ARRAY_LEN(iters); it++) {
+        int hc = 4, D = 37 + 3000 * (int)it, nm = (2 + hc) * hc, m = 9;
+        float *X = rand_vec((size_t)(m * hc * D), 2.0f), *mixes = rand_vec((size_t)(m * nm), 5.0f);
+        float *base = rand_vec((size_t)nm, 0.5f), *scale = rand_vec(3, 1.0f), *y = rand_vec((size_t)(m * D), 1.0f);
+        pair_t tX = putf(X, m, hc * D), tm = putf(mixes, m, nm), tb = putf(base, 1, nm), ts = putf(scale, 1, 3), ty = putf(y, m, D);
+        pair_t coef = out2(BK_F32, m, nm), o = out2(BK_F32, m, D);
+        gpu->hc_mix(gpu, coef.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters[it]);
+        cpu->hc_mix(cpu, coef.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters[it]);
+        compare(coef, 1e-5, "hc_mix");
+        gpu->hc_mix(gpu, tm.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters[it]); /* in place */
+        cpu->hc_mix(cpu, tm.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters[it]);
+        compare(tm, 1e-5, "hc_mix in place");
+        gpu->hc_collapse(gpu, o.g, tX.g, bk_cols(coef.g, 0, hc), hc);
+        cpu->hc_collapse(cpu, o.c, tX.c, bk_cols(coef.c, 0, hc), hc);
+        compare(o, 1e-5, "hc_collapse");
+        gpu->hc_expand(gpu, tX.g, ty.g, coef.g, hc);
+        cpu->hc_expand(cpu, tX.c, ty.c, coef.c, hc);
+        compare(tX, 1e-5, "hc_expand");
+        gpu->hc_fill(gpu, tX.g, ty.g, hc);
+        cpu->hc_fill(cpu, tX.c, ty.c, hc);
+        compare(tX, 0, "hc_fill");
+        pair_t *all[] = {&tX, &tm, &tb, &ts, &ty, &coef, &o};
+        for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+        free(X), free(mixes), free(base), free(scale), free(y);
+    }
+}
+
+static void test_engram_gate(void) {
+    int hc = 4, D = 300, m = 5;
+    float *X = rand_vec((size_t)(m * hc * D), 1.0f), *kv = rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = rand_vec((size_t)(hc * D), 1.5f);
+    pair_t tX = putf(X, m, hc * D), tkv = putf(kv, m, (hc + 1) * D), tqk = putf(qk, hc, D);
+    gpu->engram_gate(gpu, tX.g, tkv.g, tqk.g, hc, 1e-20f);
+    cpu->engram_gate(cpu, tX.c, tkv.c, tqk.c, hc, 1e-20f);
+    compare(tX, 1e-5, "engram_gate");
+    free2(&tX), free2(&tkv), free2(&tqk);
+    free(X), free(kv), free(qk);
+}
+
+static void test_group_pool(void) {
+    for (int ratio = 1; ratio <= 3; ratio++) {
+        int g = 7, d = 200;
+        float *z = rand_vec((size_t)(g * ratio * d), 1.0f), *s = rand_vec((size_t)(g * ratio * d), 4.0f);
+        pair_t tz = putf(z, g * ratio, d), ts = putf(s, g * ratio, d), o = out2(BK_F32, g, d);
+        gpu->group_pool(gpu, o.g, tz.g, ts.g, ratio);
+        cpu->group_pool(cpu, o.c, tz.c, ts.c, ratio);
+        compare(o, 1e-5, "group_pool");
+        free2(&tz), free2(&ts), free2(&o);
+        free(z), free(s);
+    }
+}
+
+/* ---- attention and indexer ------------------------------------------------------------------------ */
+static void attention_case(int H, int d, int W, int m, int npool, int K, int64_t pos0, int64_t win_lo, bool with_pool) {
+    float *q = rand_vec((size_t)(m * H * d), 1.0f), *ring = rand_vec((size_t)(W * d), 1.0f), *kv = rand_vec((size_t)(m * d), 1.0f);
+    float *pool = rand_vec((size_t)(npool * d), 1.0f), *sink = rand_vec((size_t)H, 2.0f);
+    int32_t *sel = xmalloc((size_t)(m * K) * 4);
+    for (int i = 0; i < m * K; i++) sel[i] = rnd() % 5 == 0 ? -1 : (int32_t)(rnd() % (uint64_t)npool);
+    pair_t tq = putf(q, m, H * d), tr = putf(ring, W, d), tk = putf(kv, m, d), tp = putf(pool, npool, d), ts = putf(sink, 1, H);
+    pair_t tsel = puti(sel, m, K), o = out2(BK_F32, m, H * d);
+    float scale = 1.0f / sqrtf((float)d);
+    gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g : NULL, with_pool ? &tsel.g : NULL);
+    cpu->attention(cpu, o.c, tq.c, ts.c, scale, tr.c, tk.c, pos0, W, win_lo, with_pool ? &tp.c : NULL, with_pool ? &tsel.c : NULL);
+    char what[96];
+    snprintf(what, sizeof what, "attention H %d d %d W %d m %d pool %d", H, d, W, m, with_pool);
+    compare(o, 1e-5, what);
+    pair_t *all[] = {&tq, &tr, &tk, &tp, &ts, &tsel, &o};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    free(q), free(ring), free(kv), free(pool), free(sink), free(sel);
+}
+
+static void test_attention(void) {
+    attention_case(3, 40, 5, 4, 9, 4, 12, 0, true);
+    attention_case(3, 40, 5, 4, 9, 4, 12, 11, true); /* replay start inside the window */
+    attention_case(3, 40, 5, 4, 9, 4, 12, 0, false);
+    attention_case(3, 40, 5, 4, 9, 4, 2, 0, true);   /* window shorter than W */
+    attention_case(20, 64, 16, 1, 50, 24, 100, 0, true);
+    attention_case(64, 512, 128, 1, 700, 512, 5000, 0, true); /* V4.1 shapes, one query: split keys */
+    attention_case(64, 512, 128, 3, 700, 512, 90, 0, true);
+    attention_case(17, 96, 24, 300, 40, 6, 1000, 0, true);    /* many queries: one pass */
+}
+
+typedef struct {
+    double s;
+    int i;
+} cand_t;
+
+/* Double-precision indexer scores of row r (the reference for judging ties). */
+static void ref_scores(const float *q, const float *w, const float *keys, int Hi, int di, int nvis, float qs, float ws,
+                       double *out) {
+    for (int j = 0; j < nvis; j++) {
+        double s = 0;
+        for (int h = 0; h < Hi; h++) {
+            double dot = 0;
+            for (int c = 0; c < di; c++) dot += (double)q[h * di + c] * keys[j * di + c];
+            s += fmax(dot, 0) * qs * w[h] * ws;
+        }
+        out[j] = s;
+    }
+}
+
+/* Two selections of one row agree up to entries whose (reference) score ties the cut. */
+static bool same_selection(const int32_t *a, const int32_t *b, int K, const double *sc, double cut, double tol) {
+    int na = 0, nb = 0;
+    for (int k = 0; k < K; k++) na += a[k] >= 0, nb += b[k] >= 0;
+    if (na != nb) return false;
+    for (int k = 1; k < na; k++)
+        if (a[k] <= a[k - 1]) return false;
+    for (int k = 0; k < na; k++) {
+        bool in = false;
+        for (int j = 0; j < nb; j++) in |= a[k] == b[j];
+        if (!in && (!sc || fabs(sc[a[k]] - cut) > tol)) return false;
+        in = false;
+        for (int j = 0; j < na; j++) in |= b[k] == a[j];
+        if (!in && (!sc || fabs(sc[b[k]] - cut) > tol)) return false;
+    }
+    return true;
+}
+
+static int by_score_desc(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a < b) - (a > b);
+}
+
+/* The k-th largest of v[0..n) (-inf when n < k), and a tolerance for ties at it. */
+static double cut_of(const double *v, int n, int k, double *tol) {
+    double *s = xmalloc((size_t)n * 8 + 8), top = 0;
+    memcpy(s, v, (size_t)n * 8);
+    qsort(s, (size_t)n, 8, by_score_desc);
+    for (int i = 0; i < n; i++)
+        if (isfinite(s[i])) top = fmax(top, fabs(s[i]));
+    double cut = n >= k ? s[k - 1] : -INFINITY;
+    *tol = 1e-5 * (top + 1e-30);
+    free(s);
+    return cut;
+}
+
+static void indexer_case(int Hi, int di, int nk, int K, int KB, int bs, int m, int64_t pos0, int ratio) {
+    float *q = rand_vec((size_t)(m * Hi * di), 1.0f), *w = rand_vec((size_t)(m * Hi), 1.0f), *keys = rand_vec((size_t)(nk * di), 1.0f);
+    for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* identical keys: an exact tie */
+    float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
+    pair_t tq = putf(q, m, Hi * di), tw = putf(w, m, Hi), tk = putf(keys, nk, di);
+    pair_t sel = out2(BK_I32, m, K), blocks = out2(BK_I32, m, KB), sel2 = out2(BK_I32, m, K);
+    gpu->indexer_topk(gpu, sel.g, &blocks.g, tq.g, tw.g, tk.g, pos0, ratio, NULL, bs, qs, ws);
+    cpu->indexer_topk(cpu, sel.c, &blocks.c, tq.c, tw.c, tk.c, pos0, ratio, NULL, bs, qs, ws);
+    int32_t *g = xmalloc((size_t)(m * K) * 4), *c = xmalloc((size_t)(m * K) * 4), *gb = xmalloc((size_t)(m * KB) * 4);
+    int32_t *cb = xmalloc((size_t)(m * KB) * 4), *g2 = xmalloc((size_t)(m * K) * 4), *c2 = xmalloc((size_t)(m * K) * 4);
+    gpu->download(gpu, g, sel.g), cpu->download(cpu, c, sel.c);
+    gpu->download(gpu, gb, blocks.g), cpu->download(cpu, cb, blocks.c);
+    /* the restricted user, both backends given the CPU's candidate blocks */
+    pair_t cand = puti(cb, m, KB);
+    gpu->indexer_topk(gpu, sel2.g, NULL, tq.g, tw.g, tk.g, pos0, ratio, &cand.g, bs, qs, ws);
+    cpu->indexer_topk(cpu, sel2.c, NULL, tq.c, tw.c, tk.c, pos0, ratio, &cand.c, bs, qs, ws);
+    gpu->download(gpu, g2, sel2.g), cpu->download(cpu, c2, sel2.c);
+    double *sc = xmalloc((size_t)nk * 8 + 8), *bsc = xmalloc((size_t)nk * 8 + 8), tol, btol;
+    int bad = 0, bad_blocks = 0, bad2 = 0;
+    for (int r = 0; r < m; r++) {
+        int nvis = (int)((pos0 + r + 1) / ratio), nb;
+        if (nvis > nk) nvis = nk;
+        nb = (nvis + bs - 1) / bs;
+        ref_scores(q + r * Hi * di, w + r * Hi, keys, Hi, di, nvis, qs, ws, sc);
+        double cut = cut_of(sc, nvis, K, &tol);
+        bad += !same_selection(g + r * K, c + r * K, K, sc, cut, tol);
+        for (int b = 0; b < nb; b++) {
+            bsc[b] = -INFINITY;
+            for (int j = b * bs; j < nvis && j < (b + 1) * bs; j++) bsc[b] = fmax(bsc[b], sc[j]);
+        }
+        if (nb) bsc[nb - 1] = INFINITY;
+        double bcut = cut_of(bsc, nb, KB, &btol);
+        bad_blocks += !same_selection(gb + r * KB, cb + r * KB, KB, bsc, bcut, btol);
+        for (int j = 0; j < nvis; j++) { /* the CPU's candidate blocks restrict the reference */
+            bool kept = false;
+            for (int b = 0; b < KB; b++) kept |= cb[r * KB + b] == j / bs;
+            if (!kept) sc[j] = -INFINITY;
+        }
+        cut = cut_of(sc, nvis, K, &tol);
+        bad2 += !same_selection(g2 + r * K, c2 + r * K, K, sc, cut, tol);
+    }
+    CHECKF(bad == 0, "indexer Hi %d di %d nk %d K %d ratio %d: %d rows select differently beyond ties", Hi, di, nk, K, ratio, bad);
+    CHECKF(bad_blocks == 0, "candidate blocks differ beyond ties in %d rows", bad_blocks);
+    CHECKF(bad2 == 0, "restricted selections differ beyond ties in %d rows", bad2);
+    pair_t *all[] = {&tq, &tw, &tk, &sel, &blocks, &sel2, &cand};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    free(q), free(w), free(keys), free(g), free(c), free(gb), free(cb), free(g2), free(c2), free(sc), free(bsc);
+}
+
+static void test_indexer(void) {
+    indexer_case(3, 32, 37, 5, 3, 4, 6, 0, 1);
+    indexer_case(3, 32, 37, 5, 3, 4, 6, 20, 2);
+    indexer_case(3, 32, 37, 5, 3, 4, 6, 30, 1);
+    indexer_case(32, 128, 3000, 512, 64, 8, 3, 2990, 1);  /* V4.1 head shapes, ids above 1024 */
+    indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
+    indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
+}
+
+static void test_router(void) {
+    int cases[][3] = {{5, 9, 3}, {50, 384, 6}};
+    for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
+        int m = cases[t][0], E = cases[t][1], k = cases[t][2];
+        float *u = rand_vec((size_t)(m * E), 3.0f), *bias = rand_vec((size_t)E, 0.5f);
+        u[0] = u[1] = 30.0f;
+        bias[0] = bias[1] = 0.0f;
+        pair_t tu = putf(u, m, E), tb = putf(bias, 1, E), idx = out2(BK_I32, m, k), wt = out2(BK_F32, m, k);
+        for (int norm = 0; norm < 2; norm++) {
+            gpu->router(gpu, idx.g, wt.g, tu.g, tb.g, 1.0f, norm, 1.5f);
+            cpu->router(cpu, idx.c, wt.c, tu.c, tb.c, 1.0f, norm, 1.5f);
+            int32_t *gi = xmalloc((size_t)(m * k) * 4), *ci = xmalloc((size_t)(m * k) * 4);
+            gpu->download(gpu, gi, idx.g), cpu->download(cpu, ci, idx.c);
+            CHECK(!memcmp(gi, ci, (size_t)(m * k) * 4));
+            compare(wt, 1e-5, "router weights");
+            free(gi), free(ci);
+        }
+        free2(&tu), free2(&tb), free2(&idx), free2(&wt);
+        free(u), free(bias);
+    }
+}
+
+/* One expert on one row in double with the GPU's rounding points (activations into quantized
+ * weights rounded to bf16), added into acc. */
+static void expert_ref(const weight_t *w, bool quant, const float *x, int D, int I, double weight, float limit, double *acc) {
+    double *h = xmalloc((size_t)I * 8);
+    for (int i = 0; i < I; i++) {
+        double g = 0, u = 0;
+        for (int c = 0; c < D; c++) {
+            double xv = quant ? bf16_round(x[c]) : x[c];
+            g += (double)w[0].dense[i * D + c] * xv, u += (double)w[2].dense[i * D + c] * xv;
+        }
+        if (limit > 0) g = fmin(g, limit), u = fmax(fmin(u, limit), -limit);
+        h[i] = weight * (g / (1 + exp(-g)) * u);
+        if (quant) h[i] = bf16_round((float)h[i]);
+    }
+    for (int d = 0; d < D; d++) {
+        double y = 0;
+        for (int i = 0; i < I; i++) y += (double)w[1].dense[d * I + i] * h[i];
+        acc[d] += y;
+    }
+    free(h);
+}
+
+static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared) {
+    weight_t w[16][3], sh[3];
+    bk_expert_t exg[16], exc[16], shg, shc;
+    bool quant = kind == WQ_FP8 || kind == WQ_FP4;
+    wq_kind_t sk = quant ? WQ_FP8 : kind; /* the shared expert: FP8 as released, or like the routed ones */
+    for (int e = 0; e < E; e++) {
+        w[e][0] = make_weight(kind, I, D, 1), w[e][1] = make_weight(kind, D, I, 1), w[e][2] = make_weight(kind, I, D, 1);
+        exg[e] = (bk_expert_t){w[e][0].g, w[e][1].g, w[e][2].g};
+        exc[e] = (bk_expert_t){w[e][0].c, w[e][1].c, w[e][2].c};
+    }
+    sh[0] = make_weight(sk, I, D, 32), sh[1] = make_weight(sk, D, I, 32), sh[2] = make_weight(sk, I, D, 32);
+    shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g}, shc = (bk_expert_t){sh[0].c, sh[1].c, sh[2].c};
+    float *x = rand_vec((size_t)(m * D), 2.0f), *wt = rand_vec((size_t)(m * k), 1.0f);
+    int32_t *idx = xmalloc((size_t)(m * k) * 4);
+    for (int r = 0; r < m; r++)
+        for (int s = 0; s < k; s++) {
+            int32_t e;
+            bool dup;
+            do { /* distinct experts per row, as the router gives */
+                e = (int32_t)(rnd() % (uint64_t)E);
+                dup = false;
+                for (int t = 0; t < s; t++) dup |= idx[r * k + t] == e;
+            } while (dup);
+            idx[r * k + s] = e;
+        }
+    idx[k - 1] = -1; /* an empty slot is skipped */
+    pair_t tx = putf(x, m, D), ti = puti(idx, m, k), tw = putf(wt, m, k), o = out2(BK_F32, m, D);
+    double *ref = xmalloc((size_t)(m * D) * 8);
+    float *reff = xmalloc((size_t)(m * D) * 4);
+    for (int lim = 0; lim < 2; lim++) {
+        float limit = lim ? 0.7f : 0.0f;
+        poison(o.g);
+        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, exg, E, with_shared ? &shg : NULL, limit);
+        cpu->moe(cpu, o.c, tx.c, ti.c, tw.c, exc, E, with_shared ? &shc : NULL, limit);
+        float *g = get(gpu, o.g), *c = get(cpu, o.c);
+        /* the reference with the tensor cores' bf16 roundings or without (CUDA cores), for the routed
+         * and the shared experts (dense) each */
+        double e = INFINITY;
+        for (int round = 0; round < 4; round++) {
+            memset(ref, 0, (size_t)(m * D) * 8);
+            for (int r = 0; r < m; r++) {
+                for (int s = 0; s < k; s++)
+                    if (idx[r * k + s] >= 0)
+                        expert_ref(w[idx[r * k + s]], quant && (round & 1), x + r * D, D, I, wt[r * k + s], limit, ref + r * D);
+                if (with_shared) expert_ref(sh, sk != WQ_F32 && (round & 2), x + r * D, D, I, 1.0, limit, ref + r * D);
+            }
+            for (int i = 0; i < m * D; i++) reff[i] = (float)ref[i];
+            e = fmin(e, max_err(g, reff, (size_t)(m * D)));
+        }
+        double l2 = rel_l2(g, c, (size_t)(m * D));
+        CHECKF(e <= (quant ? 5e-3 : 1e-4), "moe m %d D %d I %d E %d limit %g: error %.3g vs the reference with the same roundings",
+               m, D, I, E, limit, e);
+        CHECKF(l2 <= (quant ? 3e-2 : 1e-5), "moe m %d D %d I %d E %d: relative L2 %.3g vs the fp32 CPU", m, D, I, E, l2);
+        printf("  moe m %d D %d I %d E %d k %d limit %g: %.2e vs the same roundings, relative L2 %.2e vs the fp32 CPU\n", m, D, I,
+               E, k, limit, e, l2);
+        free(g), free(c);
+    }
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
+    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+    free2(&tx), free2(&ti), free2(&tw), free2(&o);
+    free(x), free(wt), free(idx), free(ref), free(reff);
+}
+
+static void test_moe(void) {
+    backend_cuda_precision(gpu, CUDA_BF16);
+    moe_case(300, 128, 64, 16, 6, WQ_FP4, true); /* tensor cores, rounded activations */
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+    moe_case(5, 37, 19, 4, 2, WQ_FP4, true);   /* odd shapes: the plain kernel */
+    moe_case(5, 64, 96, 9, 3, WQ_FP4, true);   /* CUDA cores */
+    moe_case(70, 64, 96, 9, 3, WQ_FP4, true);  /* CUDA cores, several passes per expert */
+    moe_case(300, 128, 64, 16, 6, WQ_FP4, false); /* tensor cores: 32+ positions per expert */
+    moe_case(200, 64, 96, 4, 2, WQ_FP4, true);
+    moe_case(6, 64, 32, 5, 2, WQ_F32, true);   /* fp32 experts: exact path */
+}
+
+/* ---- memory ops, graphs ------------------------------------------------------------------------------ */
+static void test_views_and_copy(void) {
+    float *a = rand_vec(6 * 10, 1.0f);
+    pair_t t = putf(a, 6, 10), u = out2(BK_F32, 3, 4);
+    gpu->copy(gpu, u.g, bk_cols(bk_rows(t.g, 2, 3), 5, 4));
+    cpu->copy(cpu, u.c, bk_cols(bk_rows(t.c, 2, 3), 5, 4));
+    compare(u, 0, "copy of a view");
+    float part[2 * 3] = {1, 2, 3, 4, 5, 6};
+    gpu->upload(gpu, bk_cols(bk_rows(t.g, 1, 2), 4, 3), part);
+    cpu->upload(cpu, bk_cols(bk_rows(t.c, 1, 2), 4, 3), part);
+    compare(t, 0, "upload into a view");
+    bk_tensor_t z = gpu->alloc(gpu, BK_F32, 5, 7);
+    float *zv = get(gpu, z);
+    int nz = 0;
+    for (int i = 0; i < 35; i++) nz += zv[i] != 0.0f;
+    CHECK_EQ(nz, 0); /* alloc zero-fills, also when it reuses a cached block */
+    gpu->release(gpu, &z);
+    free2(&t), free2(&u);
+    free(a), free(zv);
+}
+
+/* A few ops and a download captured as a graph, twice with new inputs (the second replays by
+ * update): the same numbers as eager execution. */
+static void test_graph(void) {
+    weight_t w = make_weight(WQ_FP8, 96, 128, 32);
+    float *norm = rand_vec(96, 1.0f);
+    pair_t tn = putf(norm, 1, 96);
+    for (int round = 0; round < 3; round++) {
+        float *x = rand_vec(4 * 128, 1.0f), eager[4 * 96], graph[4 * 96];
+        for (int mode = 0; mode < 2; mode++) {
+            if (mode) backend_cuda_graph_begin(gpu);
+            bk_tensor_t tx = gpu->alloc(gpu, BK_F32, 4, 128), o = gpu->alloc(gpu, BK_F32, 4, 96);
+            gpu->upload(gpu, tx, x);
+            gpu->matmul(gpu, o, tx, w.g, 0);
+            gpu->rmsnorm(gpu, o, o, &tn.g, 1e-6f);
+            gpu->download(gpu, mode ? graph : eager, o);
+            gpu->release(gpu, &tx), gpu->release(gpu, &o);
+            if (mode) backend_cuda_graph_end(gpu);
+        }
+        CHECKF(!memcmp(eager, graph, sizeof eager), "graph round %d differs from eager execution", round);
+        free(x);
+    }
+    free2(&tn);
+    free(norm);
+    free_weight(&w);
+}
+
+int main(void) {
+    const char *seed = getenv("DI_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
+    printf("seed %llu (DI_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
+    char err[256];
+    gpu = backend_cuda_create(0, err, sizeof err);
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"test_matmul", test_matmul}, {"test_matmul_deterministic", test_matmul_deterministic}, {"test_gather", test_gather},
+        {"test_rmsnorm", test_rmsnorm}, {"test_rope", test_rope}, {"test_qat", test_qat}, {"test_hc", test_hc},
+        {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
+        {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_moe", test_moe},
+        {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph},
+    };
+    cpu = backend_cpu_create(2);
+    for (size_t i = 0; i < DI_ARRAY_LEN(cases); i++) {
+        if (gpu) t_run(cases[i].name, cases[i].fn);
+        else t_skip(cases[i].name, err);
+    }
+    if (gpu) gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    return t_finish();
+}
