@@ -6,7 +6,7 @@ per prompt token; and where a request's time goes in the whole pipe, read from t
 traces (per-stage hops, averaged over requests).
 
     bench/pipeline_bench.py [--model DIR] [--requests N] [--prompt N] [--tokens N]
-                            [--max-batch N] [--token-budget N] [--threads N]
+                            [--max-batch N] [--token-budget N] [--threads N] [--no-pipe]
 
 Prompts are random token ids; every request is greedy with max_tokens = --tokens."""
 import argparse
@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--token-budget", type=int, default=512)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--no-pipe", action="store_true", help="only the stages alone")
     a = ap.parse_args()
     vocab = json.load(open(os.path.join(a.model, "config.json")))["text_config"]["vocab_size"]
     rng = random.Random(1)
@@ -66,6 +67,8 @@ def main():
           f"serialize {stat(err, 'di-prefill', 'serialize_s') * 1e3 / a.requests:.2f} ms per request")
     print(f"  decode alone:  {stat(err, 'di-decode', 'decode_tokens_per_s'):.0f} tokens/s, mean batch "
           f"{stat(err, 'di-decode', 'mean_batch'):.1f}, {stat(err, 'di-decode', 'decode_steps'):.0f} steps")
+    if a.no_pipe:
+        return
     # the whole pipe at once: where a request's time goes
     pipe = run(f"{BIN}/di-tokenize | {prefill} | {decode} | {BIN}/di-detok --trace", lines.encode())
     err = pipe.stderr.decode()
