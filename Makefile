@@ -36,7 +36,7 @@ HOST_LIB_SRC := $(filter-out $(CUDA_HOST_SRC),$(ALL_LIB_SRC))
 ifneq ($(NVCC),)
 LIB_SRC   := $(filter-out lib/backend_nocuda.c,$(ALL_LIB_SRC))
 KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(sort $(wildcard kernels/*.cu)))
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 LDFLAGS   += -Wl,--as-needed
 else
 LIB_SRC   := $(HOST_LIB_SRC)
