@@ -1,6 +1,7 @@
 /* The prefill and decode engines driven directly (no transport): every frame they emit goes
  * through frame_encode / frame_decode on its way to the test.
- *  - the state frame round-trips byte-exactly, and so do its state bytes;
+ *  - the state frame round-trips byte-exactly, and so do its state bytes; the state equals a
+ *    direct prefill of the prompt alone (exact and bounded replay) though the engine chunked it;
  *  - outputs do not depend on batching: decode max-batch 64 vs 1, prefill budget 512 vs 3,
  *    requests submitted in reverse, greedy and seeded sampling with filters;
  *  - refusals answer the request and the engine keeps serving: another model's state, a
@@ -13,6 +14,7 @@
  *    usage, logprobs. */
 #include "backend_cpu.h"
 #include "decode_engine.h"
+#include "forward.h"
 #include "mkmodel.h"
 #include "prefill_engine.h"
 #include "sampler.h"
@@ -173,6 +175,42 @@ static void test_state_frame_roundtrip(void) {
     }
     buf_free(&again);
     frames_free(&st);
+}
+
+/* The engine's state equals a direct prefill of the prompt alone (exact, and bounded replay),
+ * byte for byte, though the engine cut the prompt into budget-sized chunks packed with others. */
+static void test_prefill_state_equals_direct(void) {
+    for (int replay = -1; replay <= 8; replay += 9) {
+        frames_t st = {0};
+        frame_t reqs[3] = {request("x", 0, 9, 7, 4), request("p", 1, 30, 3, 4), request("y", 2, 5, 8, 4)};
+        uint32_t ids[30];
+        memcpy(ids, reqs[1].tokens, sizeof ids);
+        prefill_opts_t po = prefill_opts(&model_a, 7, 4096, &st);
+        po.replay = replay;
+        run_prefill(&po, reqs, 3);
+        const frame_t *got = NULL;
+        for (size_t i = 0; i < st.n; i++)
+            if (!strcmp(st.v[i].id, "p")) got = &st.v[i];
+        float *logits = xmalloc(512 * sizeof(float));
+        seqstate_t *direct = seqstate_new(&model_a, true);
+        CHECK(forward_prompt(direct, ids, 30, replay, 0, FWD_LOGITS_LAST, logits, NULL, err, sizeof err) == 0);
+        frame_params_t fp;
+        frame_params_init(&fp);
+        fp.temperature = 0;
+        sampler_params_t sp = sampler_params(&fp, "p");
+        sampler_t *smp = sampler_new(512);
+        direct->next_token = sampler_pick(smp, &sp, logits, direct->T, NULL);
+        direct->rng[0] = sp.seed;
+        buf_t bytes = {0};
+        seqstate_serialize(direct, &bytes);
+        CHECKF(got && got->state_len == bytes.len && !memcmp(got->state, bytes.data, bytes.len),
+               "replay %d: the engine's state differs from a direct prefill", replay);
+        buf_free(&bytes);
+        sampler_free(smp);
+        seqstate_free(direct);
+        free(logits);
+        frames_free(&st);
+    }
 }
 
 #define NREQ 12
@@ -418,6 +456,7 @@ int main(void) {
     bk = backend_cpu_create(2);
     if (mkdtemp(tmp) && make(&model_a, "a", 1) && make(&model_b, "b", 2)) {
         RUN(test_state_frame_roundtrip);
+        RUN(test_prefill_state_equals_direct);
         RUN(test_batching_changes_nothing);
         RUN(test_refusals_keep_serving);
         RUN(test_context_rule);
