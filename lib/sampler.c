@@ -168,7 +168,7 @@ static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l,
 }
 
 uint32_t sampler_pick(sampler_t *s, const sampler_params_t *sp, const float *logits, int64_t position, frame_logprob_t *lp) {
-    bool greedy = sp->temperature <= 0 || sp->top_k == 1;
+    bool greedy = sp->temperature < SAMPLER_MIN_TEMPERATURE || sp->top_k == 1;
     uint32_t id = greedy ? argmax(logits, s->vocab) : sample(s, sp, logits, position);
     if (lp && sp->logprobs) logprobs(logits, s->vocab, id, sp->top_logprobs, lp);
     return id;

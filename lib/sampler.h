@@ -15,7 +15,8 @@
  * tokens below min_p times the most probable one; the token is where u times the kept mass
  * falls in the cumulative sum, walked in rank order (descending probability, the lower id first)
  * when top-k or top-p applied, else in id order.
- * Greedy (temperature 0, or top-k 1) takes the largest logit, the lower id on a tie.
+ * Greedy (temperature below 1e-5, or top-k 1) takes the largest logit, the lower id on a tie;
+ * smaller temperatures would only overflow the division.
  *
  * Log-probabilities are those of the model's distribution (log-softmax of the raw logits,
  * before temperature and filters), as OpenAI reports them; the top alternatives are the most
@@ -29,9 +30,10 @@
 #include <stdint.h>
 
 #define SAMPLER_DEFAULT_TEMPERATURE 1.0
+#define SAMPLER_MIN_TEMPERATURE 1e-5 /* below it sampling is greedy */
 
 typedef struct {
-    double temperature; /* 0: greedy */
+    double temperature; /* below SAMPLER_MIN_TEMPERATURE: greedy */
     int64_t top_k;      /* 0: off */
     double top_p;       /* 1: off */
     double min_p;       /* 0: off */

@@ -38,6 +38,8 @@ static void test_greedy(void) {
     CHECK_EQ(sampler_pick(s, &g, l, 0, NULL), 1); /* the tie goes to the lower id, NaN never wins */
     sampler_params_t k1 = params(1.0, 1, 1, 0, 1);
     CHECK_EQ(sampler_pick(s, &k1, l, 5, NULL), 1);
+    sampler_params_t tiny = params(1e-320, 0, 1, 0, 1); /* would overflow l / t */
+    CHECK_EQ(sampler_pick(s, &tiny, l, 5, NULL), 1);
     sampler_free(s);
 }
 
