@@ -98,6 +98,8 @@ void decode_submit(decode_engine_t *d, frame_t *f, uint64_t in_us) {
     int64_t T = seqstate_peek_positions(f->state, f->state_len), need = T < 0 ? 0 : reservation(d, f, T);
     if (f->n_tokens == 0) {
         refuse(d, f, in_us, "bad_frame", "the state frame carries no first token");
+    } else if (f->constraint.kind != CONSTRAINT_NONE) {
+        refuse(d, f, in_us, "unsupported", ENGINE_NO_CONSTRAINTS);
     } else if (T < 0 || need > d->o.pool_tokens) { /* find out why: a bad state, or one too big for this worker */
         seqstate_t *st = seqstate_deserialize(d->o.m, f->state, f->state_len, err, sizeof err);
         if (!st) snprintf(msg, sizeof msg, "state refused: %s", err);

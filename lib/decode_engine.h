@@ -15,7 +15,8 @@
  * sequences finish: nothing is dropped. One that could never fit (more than pool_tokens alone)
  * is refused with an error frame (code too_large), as is a state that does not deserialize
  * (another model's fingerprint, truncated, corrupted: code bad_state) or disagrees with its
- * frame; the engine goes on serving the others. */
+ * frame, and so is (until grammar masks are applied, issue 6) a request with a constraint
+ * (code unsupported); the engine goes on serving the others. */
 #ifndef DI_DECODE_ENGINE_H
 #define DI_DECODE_ENGINE_H
 

@@ -66,6 +66,10 @@ void prefill_submit(prefill_engine_t *p, frame_t *f, uint64_t in_us) {
         if (f->tokens[i] >= (uint64_t)c->vocab_size)
             snprintf(msg, sizeof msg, "prompt token %u (at %u) is outside the model's vocabulary (%lld)", f->tokens[i], i,
                      (long long)c->vocab_size);
+    if (!msg[0] && f->constraint.kind != CONSTRAINT_NONE) {
+        code = "unsupported";
+        snprintf(msg, sizeof msg, "%s", ENGINE_NO_CONSTRAINTS);
+    }
     if (!msg[0] && (int64_t)f->n_tokens >= p->o.context) {
         code = "context_length";
         snprintf(msg, sizeof msg, "the prompt has %u tokens; the context holds %lld, so a prompt may have at most %lld",

@@ -18,7 +18,8 @@
  *
  * Refused at once with an error frame: a prompt that is empty, holds an id outside the
  * vocabulary, or leaves no room in the context (code context_length: the prompt must be
- * shorter than `context`, so that at least one output token fits). */
+ * shorter than `context`, so that at least one output token fits); and, until grammar masks are
+ * applied here (issue 6), a request with a constraint (code unsupported). */
 #ifndef DI_PREFILL_ENGINE_H
 #define DI_PREFILL_ENGINE_H
 

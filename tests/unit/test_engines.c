@@ -5,7 +5,8 @@
  *  - outputs do not depend on batching: decode max-batch 64 vs 1, prefill budget 512 vs 3,
  *    requests submitted in reverse, greedy and seeded sampling with filters;
  *  - refusals answer the request and the engine keeps serving: another model's state, a
- *    truncated or corrupted state, a frame whose token disagrees with its state, bad prompts;
+ *    truncated or corrupted state, a frame whose token disagrees with its state, bad prompts,
+ *    constrained requests (until grammar masks are applied);
  *  - the context rule: a prompt must be shorter than the context; output stops with "length"
  *    when prompt + output reach it;
  *  - memory pressure: a pool smaller than the load queues, everything is answered, the pool
@@ -286,6 +287,7 @@ static void test_refusals_keep_serving(void) {
     f1->state_len /= 2;
     f2->state[f2->state_len / 2] ^= 0x40;
     f3->tokens[0] = (f3->tokens[0] + 1) % 512;
+    sa.v[4].constraint.kind = CONSTRAINT_JSON_OBJECT; /* s4: a constraint this engine does not apply */
     frames_t mixed = {0};
     const frame_t *order[] = {&sb.v[0], &sa.v[0], f1, f2, f3, &sa.v[4]};
     for (size_t i = 0; i < DI_ARRAY_LEN(order); i++) collect(&mixed, (frame_t *)order[i]);
@@ -298,14 +300,15 @@ static void test_refusals_keep_serving(void) {
     CHECKF(!strcmp(s5, "error:bad_state") && !strcmp(s1, "error:bad_state") && !strcmp(s2, "error:bad_state") &&
                !strcmp(s3, "error:bad_state"),
            "s5 '%s' s1 '%s' s2 '%s' s3 '%s'", s5, s1, s2, s3);
-    CHECKF(strstr(s0, "| length") && strstr(s4, "| length"), "s0 '%s' s4 '%s'", s0, s4);
-    CHECK_EQ(ds.errors, 4);
+    CHECKF(strstr(s0, "| length") && !strcmp(s4, "error:unsupported"), "s0 '%s' s4 '%s'", s0, s4);
+    CHECK_EQ(ds.errors, 5);
     for (size_t i = 0; i < out.n; i++) /* the reasons name what was wrong */
         if (out.v[i].type == FRAME_ERROR) {
             const char *id = out.v[i].id, *m = out.v[i].message;
             bool named = !strcmp(id, "s5")   ? strstr(m, "another model") != NULL
                          : !strcmp(id, "s1") ? strstr(m, "truncated") != NULL
                          : !strcmp(id, "s3") ? strstr(m, "first token") != NULL
+                         : !strcmp(id, "s4") ? strstr(m, "issue 6") != NULL
                                              : strstr(m, "state") != NULL;
             CHECKF(named, "%s: %s", id, m);
             if (!strcmp(id, "s5") || !strcmp(id, "s2")) printf("  %s: %s\n", id, m);
@@ -315,14 +318,15 @@ static void test_refusals_keep_serving(void) {
     frame_free(&reqs[5]);
     /* prefill: an id outside the vocabulary and an empty prompt are answered, the next served */
     frames_t pout = {0};
-    frame_t bad[3] = {request("v", 0, 4, 1, 2), request("e", 1, 1, 1, 2), request("ok", 2, 3, 1, 2)};
+    frame_t bad[4] = {request("v", 0, 4, 1, 2), request("e", 1, 1, 1, 2), request("c", 2, 3, 1, 2), request("ok", 3, 3, 1, 2)};
     bad[0].tokens[2] = 512;
     bad[1].n_tokens = 0;
+    bad[2].constraint.kind = CONSTRAINT_JSON_OBJECT; /* never answered unconstrained */
     po = prefill_opts(&model_a, 512, 4096, &pout);
-    run_prefill(&po, bad, 3);
-    CHECK(pout.n == 3 && pout.v[0].type == FRAME_ERROR && !strcmp(pout.v[0].code, "bad_request") &&
+    run_prefill(&po, bad, 4);
+    CHECK(pout.n == 4 && pout.v[0].type == FRAME_ERROR && !strcmp(pout.v[0].code, "bad_request") &&
           strstr(pout.v[0].message, "vocabulary") && pout.v[1].type == FRAME_ERROR && strstr(pout.v[1].message, "empty") &&
-          pout.v[2].type == FRAME_STATE);
+          pout.v[2].type == FRAME_ERROR && !strcmp(pout.v[2].code, "unsupported") && pout.v[3].type == FRAME_STATE);
     frames_free(&pout);
 }
 
