@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     char *name;
@@ -51,11 +52,15 @@ static int write_file(const st_writer_t *w, size_t a, size_t b, const char *path
     char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
     size_t len = strlen(text), padded = (len + 8 + 7) / 8 * 8 - 8;
-    FILE *f = fopen(path, "wb");
+    /* Written beside and renamed into place: a process with the old file mapped keeps it. */
+    buf_t tmp = {0};
+    buf_printf(&tmp, "%s.partial", path);
+    FILE *f = fopen(buf_cstr(&tmp), "wb");
     int rc = -1;
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", buf_cstr(&tmp), strerror(errno));
         free(text);
+        buf_free(&tmp);
         return -1;
     }
     uint8_t prefix[8];
@@ -64,9 +69,13 @@ static int write_file(const st_writer_t *w, size_t a, size_t b, const char *path
     for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
     for (size_t i = a; ok && i < b; i++) ok = fwrite(w->t[i].data, 1, w->t[i].nbytes, f) == w->t[i].nbytes;
     if (fclose(f) != 0) ok = false;
-    if (ok) rc = 0;
-    else snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    if (ok && rename(buf_cstr(&tmp), path) == 0) rc = 0;
+    else {
+        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        unlink(buf_cstr(&tmp));
+    }
     free(text);
+    buf_free(&tmp);
     return rc;
 }
 
