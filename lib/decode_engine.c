@@ -1,4 +1,5 @@
 #include "decode_engine.h"
+#include "constraints.h"
 #include "forward.h"
 #include "sampler.h"
 #include "seqstate_io.h"
@@ -10,6 +11,7 @@
 
 typedef struct waiting {
     frame_t f;
+    grammar_matcher_t *gm; /* the constraint, past the frame's tokens; NULL: none */
     uint64_t in_us, arrived_ns;
     int64_t T, reserve;
     struct waiting *next;
@@ -21,6 +23,8 @@ typedef struct {
     seqstate_t *st;
     sampler_params_t sp;
     finish_t fin;
+    grammar_matcher_t *gm; /* the constraint, or NULL */
+    uint32_t *mask;        /* its allowed tokens for the next step */
     int64_t prompt, reserve;
     uint32_t last;         /* the newest output token: the next step's input */
 } seq_t;
@@ -51,6 +55,8 @@ static void seq_free(seq_t *s) {
     frame_free(&s->f);
     seqstate_free(s->st);
     finish_free(&s->fin);
+    grammar_matcher_free(s->gm);
+    free(s->mask);
     free(s);
 }
 
@@ -58,6 +64,7 @@ void decode_free(decode_engine_t *d) {
     for (waiting_t *w = d->head, *n; w; w = n) {
         n = w->next;
         frame_free(&w->f);
+        grammar_matcher_free(w->gm);
         free(w);
     }
     for (size_t i = 0; i < d->n_run; i++) seq_free(d->run[i]);
@@ -92,14 +99,35 @@ static int64_t reservation(const decode_engine_t *d, const frame_t *f, int64_t T
     return T + (max_new > 1 ? max_new : 1);
 }
 
+/* The request's matcher, rebuilt by accepting the tokens the frame already carries: *gm
+ * (NULL without a constraint), or an error frame and false. */
+static bool rebuild_matcher(decode_engine_t *d, const frame_t *f, uint64_t in_us, grammar_matcher_t **gm) {
+    char msg[1200];
+    const char *code = "unsupported";
+    *gm = NULL;
+    if (f->constraint.kind == CONSTRAINT_NONE) return true;
+    if (!d->o.constraints) snprintf(msg, sizeof msg, "this stage applies no constraints");
+    else if (!constraints_matcher(d->o.constraints, f, gm, &code, msg, sizeof msg)) {
+        for (uint32_t i = 0; i < f->n_tokens; i++)
+            if (!grammar_matcher_accept(*gm, f->tokens[i])) {
+                code = "bad_state";
+                snprintf(msg, sizeof msg, "output token %u (at %u) is not allowed by the request's constraint", f->tokens[i], i);
+                grammar_matcher_free(*gm), *gm = NULL;
+                break;
+            }
+        if (*gm) return true;
+    }
+    refuse(d, f, in_us, code, msg);
+    return false;
+}
+
 void decode_submit(decode_engine_t *d, frame_t *f, uint64_t in_us) {
     char err[512], msg[600];
+    grammar_matcher_t *gm = NULL;
     d->stats.requests++;
     int64_t T = seqstate_peek_positions(f->state, f->state_len), need = T < 0 ? 0 : reservation(d, f, T);
     if (f->n_tokens == 0) {
         refuse(d, f, in_us, "bad_frame", "the state frame carries no first token");
-    } else if (f->constraint.kind != CONSTRAINT_NONE) {
-        refuse(d, f, in_us, "unsupported", ENGINE_NO_CONSTRAINTS);
     } else if (T < 0 || need > d->o.pool_tokens) { /* find out why: a bad state, or one too big for this worker */
         seqstate_t *st = seqstate_deserialize(d->o.m, f->state, f->state_len, err, sizeof err);
         if (!st) snprintf(msg, sizeof msg, "state refused: %s", err);
@@ -108,9 +136,10 @@ void decode_submit(decode_engine_t *d, frame_t *f, uint64_t in_us) {
                      (long long)need, (long long)d->o.pool_tokens);
         refuse(d, f, in_us, st ? "too_large" : "bad_state", msg);
         seqstate_free(st);
-    } else {
+    } else if (rebuild_matcher(d, f, in_us, &gm)) {
         waiting_t *w = xcalloc(1, sizeof *w);
         w->f = *f;
+        w->gm = gm;
         frame_init(f, FRAME_STATE);
         w->in_us = in_us, w->arrived_ns = now_ns(), w->T = T, w->reserve = need;
         if (d->tail) d->tail->next = w;
@@ -155,6 +184,22 @@ static void release(decode_engine_t *d, seq_t *s) {
     seq_free(s);
 }
 
+/* Where the grammar allows nothing but EOS after the tokens taken, EOS is the next token with
+ * no forward step to draw it (one step less for the request), unless the request wants the
+ * log-probability that step would give it. */
+static bool ends_now(const decode_engine_t *d, seq_t *s) {
+    return s->gm && !s->sp.logprobs && d->o.limits.eos >= 0 && grammar_matcher_must_end(s->gm);
+}
+
+/* Appends EOS to ids[0..*n) and records it: the finish reason. */
+static const char *take_eos(decode_engine_t *d, seq_t *s, uint32_t *ids, uint32_t *n) {
+    uint32_t eos = (uint32_t)d->o.limits.eos;
+    grammar_matcher_accept(s->gm, eos);
+    ids[(*n)++] = eos;
+    d->stats.forced_ends++;
+    return finish_push(&s->fin, eos);
+}
+
 /* Takes a waiting state into the running batch: its first frame goes out at once, and a
  * request that its first token already ends is done here. */
 static void admit(decode_engine_t *d, waiting_t *w) {
@@ -172,7 +217,7 @@ static void admit(decode_engine_t *d, waiting_t *w) {
         seqstate_free(st), st = NULL;
     }
     seq_t *s = xcalloc(1, sizeof *s);
-    s->f = w->f, s->in_us = w->in_us, s->st = st, s->prompt = w->T;
+    s->f = w->f, s->in_us = w->in_us, s->st = st, s->prompt = w->T, s->gm = w->gm;
     free(w);
     free(s->f.state);
     s->f.state = NULL, s->f.state_len = 0;
@@ -194,9 +239,14 @@ static void admit(decode_engine_t *d, waiting_t *w) {
     const model_config_t *c = &d->o.m->cfg;
     for (int L = 0; L < c->n_layers; L++) /* pools sized once for every position it may reach */
         if (c->layers[L].has_compressor) seqstate_reserve(st, L, s->reserve / c->layers[L].ratio);
-    emit_tokens(d, s, s->f.tokens, s->f.n_tokens, s->f.logprobs, true);
+    if (s->gm) s->mask = xmalloc(constraints_mask_words(d->o.constraints) * sizeof *s->mask);
     const char *reason = NULL;
     for (uint32_t i = 0; i < s->f.n_tokens && !reason; i++) reason = finish_push(&s->fin, s->f.tokens[i]);
+    uint32_t *ids = xmalloc((s->f.n_tokens + 1) * sizeof *ids), n = s->f.n_tokens;
+    memcpy(ids, s->f.tokens, n * sizeof *ids);
+    if (!reason && ends_now(d, s)) reason = take_eos(d, s, ids, &n);
+    emit_tokens(d, s, ids, n, s->f.logprobs, true);
+    free(ids);
     if (reason) {
         emit_done(d, s, reason);
         release(d, s);
@@ -240,12 +290,30 @@ size_t decode_step(decode_engine_t *d) {
             continue;
         }
         frame_logprob_t lp;
-        uint64_t ts = now_ns();
-        s->last = sampler_pick(d->sampler, &s->sp, d->logits + (size_t)i * (size_t)V, s->st->T, &lp);
-        d->stats.sample_ns += now_ns() - ts;
+        uint64_t t2 = now_ns();
+        if (s->gm) constraints_fill_mask(d->o.constraints, s->gm, &s->f.params, s->mask);
+        uint64_t t3 = now_ns();
+        s->last = sampler_pick(d->sampler, &s->sp, d->logits + (size_t)i * (size_t)V, s->st->T, s->gm ? s->mask : NULL, &lp);
+        uint64_t t4 = now_ns();
+        d->stats.sample_ns += t4 - t3;
         d->stats.tokens++;
-        emit_tokens(d, s, &s->last, 1, &lp, false);
-        if ((reason = finish_push(&s->fin, s->last))) {
+        if (s->gm) {
+            bool taken = grammar_matcher_accept(s->gm, s->last); /* fails only if the mask was empty */
+            uint64_t g = t3 - t2 + now_ns() - t4;
+            d->stats.grammar_tokens++;
+            d->stats.grammar_ns += g;
+            if (g > d->stats.grammar_max_ns) d->stats.grammar_max_ns = g;
+            if (!taken) {
+                refuse(d, &s->f, s->in_us, "internal", "the constraint allows no next token");
+                release(d, s);
+                continue;
+            }
+        }
+        uint32_t out[2] = {s->last}, n_out = 1;
+        reason = finish_push(&s->fin, s->last);
+        if (!reason && ends_now(d, s)) reason = take_eos(d, s, out, &n_out);
+        emit_tokens(d, s, out, n_out, &lp, false);
+        if (reason) {
             emit_done(d, s, reason);
             release(d, s);
         } else

@@ -15,11 +15,19 @@
  * sequences finish: nothing is dropped. One that could never fit (more than pool_tokens alone)
  * is refused with an error frame (code too_large), as is a state that does not deserialize
  * (another model's fingerprint, truncated, corrupted: code bad_state) or disagrees with its
- * frame, and so is (until grammar masks are applied, issue 6) a request with a constraint
- * (code unsupported); the engine goes on serving the others. */
+ * frame, and so is a request whose constraint cannot be used (constraints.h: bad_constraint,
+ * or unsupported without a vocabulary) or whose tokens so far break it (bad_state); the engine
+ * goes on serving the others.
+ *
+ * Constrained requests (constraints.h): the matcher is rebuilt from the tokens the state frame
+ * carries; each step the row's logits are sampled within the tokens its grammar allows, and
+ * the token taken advances the grammar. Where nothing but EOS may follow, EOS is taken at once
+ * without another forward step (unless the request wants log-probabilities). max_tokens
+ * reached inside an unfinished structure ends the request with "length", as any other. */
 #ifndef DI_DECODE_ENGINE_H
 #define DI_DECODE_ENGINE_H
 
+#include "constraints.h"
 #include "finish.h"
 #include "model.h"
 #include "reply.h"
@@ -37,11 +45,15 @@ typedef struct {
     const char *stage;
     frame_emit_fn emit;
     void *ctx;
+    constraints_t *constraints; /* grammars for constrained requests (NULL: refused, unsupported) */
 } decode_opts_t;
 
 typedef struct {
     uint64_t requests, errors, steps, tokens, batch_sum, peak_batch, peak_pool;
     uint64_t forward_ns, sample_ns, deserialize_ns, queue_ns;
+    /* constrained tokens: mask, stop ids and accept time (sampling is in sample_ns); EOS
+     * taken without a step */
+    uint64_t grammar_tokens, grammar_ns, grammar_max_ns, forced_ends;
 } decode_stats_t;
 
 typedef struct decode_engine decode_engine_t;

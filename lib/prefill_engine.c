@@ -1,4 +1,5 @@
 #include "prefill_engine.h"
+#include "constraints.h"
 #include "forward.h"
 #include "sampler.h"
 #include "seqstate_io.h"
@@ -12,6 +13,7 @@ typedef struct job {
     frame_t req;
     uint64_t in_us;
     seqstate_t *st;        /* from its first chunk on */
+    grammar_matcher_t *gm; /* the request's constraint, or NULL */
     int64_t done;          /* prompt tokens prefilled */
     struct job *next;
 } job_t;
@@ -21,6 +23,7 @@ struct prefill_engine {
     job_t *head, *tail;    /* arrival order */
     int64_t pending;
     sampler_t *sampler;
+    uint32_t *mask;        /* the first token's allowed set, for constrained requests */
     prefill_stats_t stats;
 };
 
@@ -35,12 +38,14 @@ prefill_engine_t *prefill_new(const prefill_opts_t *o) {
 static void job_free(job_t *j) {
     frame_free(&j->req);
     seqstate_free(j->st);
+    grammar_matcher_free(j->gm);
     free(j);
 }
 
 void prefill_free(prefill_engine_t *p) {
     for (job_t *j = p->head, *n; j; j = n) n = j->next, job_free(j);
     sampler_free(p->sampler);
+    free(p->mask);
     free(p);
 }
 
@@ -66,14 +71,15 @@ void prefill_submit(prefill_engine_t *p, frame_t *f, uint64_t in_us) {
         if (f->tokens[i] >= (uint64_t)c->vocab_size)
             snprintf(msg, sizeof msg, "prompt token %u (at %u) is outside the model's vocabulary (%lld)", f->tokens[i], i,
                      (long long)c->vocab_size);
-    if (!msg[0] && f->constraint.kind != CONSTRAINT_NONE) {
-        code = "unsupported";
-        snprintf(msg, sizeof msg, "%s", ENGINE_NO_CONSTRAINTS);
-    }
     if (!msg[0] && (int64_t)f->n_tokens >= p->o.context) {
         code = "context_length";
         snprintf(msg, sizeof msg, "the prompt has %u tokens; the context holds %lld, so a prompt may have at most %lld",
                  f->n_tokens, (long long)p->o.context, (long long)(p->o.context - 1));
+    }
+    grammar_matcher_t *gm = NULL;
+    if (!msg[0] && f->constraint.kind != CONSTRAINT_NONE) {
+        if (!p->o.constraints) code = "unsupported", snprintf(msg, sizeof msg, "this stage applies no constraints");
+        else constraints_matcher(p->o.constraints, f, &gm, &code, msg, sizeof msg);
     }
     if (msg[0]) {
         refuse(p, f, in_us, code, msg);
@@ -81,6 +87,7 @@ void prefill_submit(prefill_engine_t *p, frame_t *f, uint64_t in_us) {
         return;
     }
     job_t *j = xcalloc(1, sizeof *j);
+    j->gm = gm;
     j->req = *f;
     frame_init(f, FRAME_REQUEST);
     j->in_us = in_us;
@@ -102,8 +109,16 @@ static void finish_job(prefill_engine_t *p, job_t *j, const float *logits) {
     sampler_params_t sp = sampler_params(&req->params, req->id);
     frame_logprob_t lp;
     uint64_t t0 = now_ns();
-    uint32_t tok = sampler_pick(p->sampler, &sp, logits, st->T, &lp);
+    if (j->gm) {
+        if (!p->mask) p->mask = xmalloc(constraints_mask_words(p->o.constraints) * sizeof *p->mask);
+        constraints_fill_mask(p->o.constraints, j->gm, &req->params, p->mask);
+    }
+    uint32_t tok = sampler_pick(p->sampler, &sp, logits, st->T, j->gm ? p->mask : NULL, &lp);
     uint64_t t1 = now_ns();
+    if (tok == SAMPLER_NONE) { /* cannot happen: a grammar always allows a first token */
+        refuse(p, req, j->in_us, "internal", "the constraint allows no first token");
+        return;
+    }
     st->next_token = tok;
     st->rng[0] = sp.seed;
     st->rng[1] = 0;

@@ -18,11 +18,15 @@
  *
  * Refused at once with an error frame: a prompt that is empty, holds an id outside the
  * vocabulary, or leaves no room in the context (code context_length: the prompt must be
- * shorter than `context`, so that at least one output token fits); and, until grammar masks are
- * applied here (issue 6), a request with a constraint (code unsupported). */
+ * shorter than `context`, so that at least one output token fits), or whose constraint cannot
+ * be used (constraints.h: bad_constraint, or unsupported without a vocabulary).
+ *
+ * A constrained request's first token is drawn among the tokens its grammar allows at the
+ * start of the output (constraints_fill_mask); di-decode replays it through the grammar. */
 #ifndef DI_PREFILL_ENGINE_H
 #define DI_PREFILL_ENGINE_H
 
+#include "constraints.h"
 #include "model.h"
 #include "reply.h"
 
@@ -38,6 +42,7 @@ typedef struct {
     const char *stage;     /* name in traces and error frames */
     frame_emit_fn emit;    /* state and error frames */
     void *ctx;
+    constraints_t *constraints; /* grammars for constrained requests (NULL: refused, unsupported) */
 } prefill_opts_t;
 
 typedef struct {

@@ -9,11 +9,6 @@
 
 #include <stdint.h>
 
-/* Until the engines apply grammar masks (issue 6), a constrained request is refused with this
- * reason (code unsupported) rather than answered unconstrained. */
-#define ENGINE_NO_CONSTRAINTS \
-    "constrained decoding (response_format) is not applied by di-prefill/di-decode yet (issue 6): refused rather than answered unconstrained"
-
 /* Receives a frame the engine is done with; the engine frees it when the call returns. */
 typedef void (*frame_emit_fn)(void *ctx, frame_t *f);
 

@@ -93,11 +93,36 @@ static void sort_first(cand_t *c, int64_t n, int64_t k) {
     qsort(c, (size_t)k, sizeof *c, cmp_cand);
 }
 
-static uint32_t argmax(const float *l, int64_t V) {
-    uint32_t best = 0;
-    for (int64_t v = 1; v < V; v++)
-        if (before(l[v], (uint32_t)v, l[best], best)) best = (uint32_t)v;
-    return best;
+static bool allowed(const uint32_t *mask, int64_t v) { return !mask || (mask[v >> 5] >> (v & 31) & 1); }
+
+static uint32_t argmax(const float *l, int64_t V, const uint32_t *mask) {
+    int64_t best = 0;
+    while (best < V && !allowed(mask, best)) best++;
+    if (best == V) return SAMPLER_NONE;
+    for (int64_t v = best + 1; v < V; v++)
+        if (allowed(mask, v) && before(l[v], (uint32_t)v, l[best], (uint32_t)best)) best = v;
+    return (uint32_t)best;
+}
+
+/* c[0..n) = the allowed tokens in id order with z = logit / temperature (NaN: -inf); returns
+ * n and the largest z in *mx. A mask is walked a word at a time: sparse ones cost little. */
+static int64_t candidates(sampler_t *s, const sampler_params_t *sp, const float *l, const uint32_t *mask, double *mx) {
+    int64_t V = s->vocab, n = 0;
+    cand_t *c = s->cand;
+    double m = -INFINITY;
+    for (int64_t w = 0; w * 32 < V; w++) {
+        uint32_t bits = mask ? mask[w] : ~0u;
+        while (bits) {
+            int64_t v = w * 32 + __builtin_ctz(bits);
+            bits &= bits - 1;
+            if (v >= V) break;
+            cand_t x = {isnan(l[v]) ? -INFINITY : (double)l[v] / sp->temperature, (uint32_t)v};
+            m = x.p > m ? x.p : m;
+            c[n++] = x;
+        }
+    }
+    *mx = m;
+    return n;
 }
 
 /* log-softmax of the raw logits for the chosen token, and the top alternatives. */
@@ -122,16 +147,13 @@ static void logprobs(const float *l, int64_t V, uint32_t chosen, int n_top, fram
     for (uint32_t i = 0; i < lp->n_top; i++) lp->top_logprobs[i] = (float)((double)l[lp->top_ids[i]] - lse);
 }
 
-static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l, int64_t position) {
-    int64_t V = s->vocab, n = V;
+static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l, int64_t position, const uint32_t *mask) {
     cand_t *c = s->cand;
-    double mx = -INFINITY;
-    for (int64_t v = 0; v < V; v++) {
-        c[v] = (cand_t){isnan(l[v]) ? -INFINITY : (double)l[v] / sp->temperature, (uint32_t)v};
-        mx = c[v].p > mx ? c[v].p : mx;
-    }
-    bool ranked = false;
-    if (sp->top_k > 0 && sp->top_k < n) {
+    double mx;
+    int64_t n = candidates(s, sp, l, mask, &mx);
+    if (!n) return SAMPLER_NONE;
+    bool ranked = false, selected = sp->top_k > 0 && sp->top_k < n;
+    if (selected) {
         select_first(c, n, sp->top_k);
         n = sp->top_k;
     }
@@ -158,7 +180,7 @@ static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l,
             if (c[i].p >= sp->min_p) total += (c[k++] = c[i]).p;
         n = k;
     }
-    if (!ranked && sp->top_k > 0 && sp->top_k < V) qsort(c, (size_t)n, sizeof *c, cmp_cand); /* selection order is arbitrary */
+    if (!ranked && selected) qsort(c, (size_t)n, sizeof *c, cmp_cand); /* selection order is arbitrary */
     double target = sampler_uniform(sp->seed, position) * total, cum = 0;
     for (int64_t i = 0; i < n; i++) {
         cum += c[i].p;
@@ -167,9 +189,10 @@ static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l,
     return c[n - 1].id;
 }
 
-uint32_t sampler_pick(sampler_t *s, const sampler_params_t *sp, const float *logits, int64_t position, frame_logprob_t *lp) {
+uint32_t sampler_pick(sampler_t *s, const sampler_params_t *sp, const float *logits, int64_t position, const uint32_t *mask,
+                      frame_logprob_t *lp) {
     bool greedy = sp->temperature < SAMPLER_MIN_TEMPERATURE || sp->top_k == 1;
-    uint32_t id = greedy ? argmax(logits, s->vocab) : sample(s, sp, logits, position);
-    if (lp && sp->logprobs) logprobs(logits, s->vocab, id, sp->top_logprobs, lp);
+    uint32_t id = greedy ? argmax(logits, s->vocab, mask) : sample(s, sp, logits, position, mask);
+    if (id != SAMPLER_NONE && lp && sp->logprobs) logprobs(logits, s->vocab, id, sp->top_logprobs, lp);
     return id;
 }

@@ -18,9 +18,14 @@
  * Greedy (temperature below 1e-5, or top-k 1) takes the largest logit, the lower id on a tie;
  * smaller temperatures would only overflow the division.
  *
+ * A token mask (constrained decoding, grammar.h) comes first: the tokens outside it are never
+ * drawn, and everything above acts on the allowed tokens alone, as if the others were absent
+ * from the vocabulary (top-k keeps the k largest allowed ones, greedy takes the largest
+ * allowed logit, and so on).
+ *
  * Log-probabilities are those of the model's distribution (log-softmax of the raw logits,
- * before temperature and filters), as OpenAI reports them; the top alternatives are the most
- * likely tokens under it (ties: the lower id). */
+ * before the mask, temperature and filters), as OpenAI reports them; the top alternatives are
+ * the most likely tokens under it (ties: the lower id), allowed by the mask or not. */
 #ifndef DI_SAMPLER_H
 #define DI_SAMPLER_H
 
@@ -58,8 +63,13 @@ typedef struct sampler sampler_t;
 sampler_t *sampler_new(int64_t vocab);
 void sampler_free(sampler_t *s);
 
-/* The token at `position` from vocab logits. lp (may be NULL) receives the chosen token's
+/* What sampler_pick returns when the mask allows no token. */
+#define SAMPLER_NONE UINT32_MAX
+
+/* The token at `position` from vocab logits, among the tokens of mask (bit v % 32 of word
+ * v / 32 allows token v; NULL: every token). lp (may be NULL) receives the chosen token's
  * log-probability and its top alternatives when sp->logprobs. */
-uint32_t sampler_pick(sampler_t *s, const sampler_params_t *sp, const float *logits, int64_t position, frame_logprob_t *lp);
+uint32_t sampler_pick(sampler_t *s, const sampler_params_t *sp, const float *logits, int64_t position, const uint32_t *mask,
+                      frame_logprob_t *lp);
 
 #endif

@@ -31,7 +31,7 @@ static json_t *generate(const model_t *m, sampler_t *smp, const frame_t *req, co
     json_t *out = json_array();
     const char *reason = NULL;
     for (;;) {
-        uint32_t t = sampler_pick(smp, &sp, logits, st->T, NULL);
+        uint32_t t = sampler_pick(smp, &sp, logits, st->T, NULL, NULL);
         json_array_append_new(out, json_integer(t));
         if ((reason = finish_push(&fi, t))) break;
         if (forward_step(st, t, logits, err, sizeof err)) die("%s", err);

@@ -72,11 +72,11 @@ static frame_t request(const char *id, uint64_t seq, int64_t len, uint32_t salt,
 }
 
 static prefill_opts_t prefill_opts(const model_t *m, int64_t budget, int64_t context, frames_t *out) {
-    return (prefill_opts_t){m, true, -1, budget, context, "di-prefill", collect, out};
+    return (prefill_opts_t){m, true, -1, budget, context, "di-prefill", collect, out, NULL};
 }
 
 static decode_opts_t decode_opts(int64_t batch, int64_t pool, int64_t context, frames_t *out) {
-    return (decode_opts_t){&model_a, batch, pool, {-1, 16, context}, NULL, "di-decode", collect, out};
+    return (decode_opts_t){&model_a, batch, pool, {-1, 16, context}, NULL, "di-decode", collect, out, NULL};
 }
 
 /* Prefills the requests (moved) in the order given. */
@@ -200,7 +200,7 @@ static void test_prefill_state_equals_direct(void) {
         fp.temperature = 0;
         sampler_params_t sp = sampler_params(&fp, "p");
         sampler_t *smp = sampler_new(512);
-        direct->next_token = sampler_pick(smp, &sp, logits, direct->T, NULL);
+        direct->next_token = sampler_pick(smp, &sp, logits, direct->T, NULL, NULL);
         direct->rng[0] = sp.seed;
         buf_t bytes = {0};
         seqstate_serialize(direct, &bytes);
@@ -308,7 +308,7 @@ static void test_refusals_keep_serving(void) {
             bool named = !strcmp(id, "s5")   ? strstr(m, "another model") != NULL
                          : !strcmp(id, "s1") ? strstr(m, "truncated") != NULL
                          : !strcmp(id, "s3") ? strstr(m, "first token") != NULL
-                         : !strcmp(id, "s4") ? strstr(m, "issue 6") != NULL
+                         : !strcmp(id, "s4") ? strstr(m, "applies no constraints") != NULL
                                              : strstr(m, "state") != NULL;
             CHECKF(named, "%s: %s", id, m);
             if (!strcmp(id, "s5") || !strcmp(id, "s2")) printf("  %s: %s\n", id, m);

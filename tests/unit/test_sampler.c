@@ -35,11 +35,11 @@ static void test_greedy(void) {
     float l[6] = {0.5f, 3.0f, NAN, 3.0f, -1.0f, 2.0f};
     sampler_t *s = sampler_new(6);
     sampler_params_t g = params(0, 0, 1, 0, 1);
-    CHECK_EQ(sampler_pick(s, &g, l, 0, NULL), 1); /* the tie goes to the lower id, NaN never wins */
+    CHECK_EQ(sampler_pick(s, &g, l, 0, NULL, NULL), 1); /* the tie goes to the lower id, NaN never wins */
     sampler_params_t k1 = params(1.0, 1, 1, 0, 1);
-    CHECK_EQ(sampler_pick(s, &k1, l, 5, NULL), 1);
+    CHECK_EQ(sampler_pick(s, &k1, l, 5, NULL, NULL), 1);
     sampler_params_t tiny = params(1e-320, 0, 1, 0, 1); /* would overflow l / t */
-    CHECK_EQ(sampler_pick(s, &tiny, l, 5, NULL), 1);
+    CHECK_EQ(sampler_pick(s, &tiny, l, 5, NULL, NULL), 1);
     sampler_free(s);
 }
 
@@ -47,7 +47,7 @@ static void test_greedy(void) {
 static double worst_freq_error(const sampler_params_t *sp, const float *l, int V, const double *want, int n) {
     sampler_t *s = sampler_new(V);
     int *count = xcalloc((size_t)V, sizeof *count);
-    for (int i = 0; i < n; i++) count[sampler_pick(s, sp, l, i, NULL)]++;
+    for (int i = 0; i < n; i++) count[sampler_pick(s, sp, l, i, NULL, NULL)]++;
     double worst = 0;
     for (int v = 0; v < V; v++) {
         double e = fabs((double)count[v] / n - want[v]);
@@ -144,7 +144,7 @@ static void test_top_p_large_vocab(void) {
     for (size_t k = 0; k < DI_ARRAY_LEN(tops); k++)
         for (int64_t pos = 0; pos < 50; pos++) {
             sampler_params_t sp = params(0.8, 0, tops[k], 0, 5 + k);
-            bad += sampler_pick(s, &sp, l, pos, NULL) != naive_top_p(l, V, 0.8, tops[k], 5 + k, pos);
+            bad += sampler_pick(s, &sp, l, pos, NULL, NULL) != naive_top_p(l, V, 0.8, tops[k], 5 + k, pos);
         }
     CHECKF(bad == 0, "%d of 200 draws differ from the plain definition", bad);
     sampler_free(s);
@@ -160,14 +160,14 @@ static void test_logprobs(void) {
     sampler_params_t sp = params(0, 0, 1, 0, 1);
     sp.logprobs = true, sp.top_logprobs = 3;
     frame_logprob_t lp;
-    uint32_t id = sampler_pick(s, &sp, l, 0, &lp);
+    uint32_t id = sampler_pick(s, &sp, l, 0, NULL, &lp);
     CHECK_EQ(id, 1);
     CHECK(fabs(lp.logprob - (3.0 - lse)) < 1e-6);
     CHECK_EQ(lp.n_top, 3);
     CHECK(lp.top_ids[0] == 1 && lp.top_ids[1] == 2 && lp.top_ids[2] == 0);
     CHECK(fabs(lp.top_logprobs[2] - (1.0 - lse)) < 1e-6);
     sp.top_logprobs = 0;
-    sampler_pick(s, &sp, l, 0, &lp);
+    sampler_pick(s, &sp, l, 0, NULL, &lp);
     CHECK_EQ(lp.n_top, 0);
     sampler_free(s);
 }

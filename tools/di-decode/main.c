@@ -3,12 +3,14 @@
  * (lib/decode_engine.h): continuous batching over a fixed memory budget, per-request sampling
  * and stop conditions. */
 #include "cli.h"
+#include "constraints.h"
 #include "decode_engine.h"
 #include "device.h"
 #include "io.h"
 #include "log.h"
 #include "stage_loop.h"
 #include "stats.h"
+#include "threadpool.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -40,7 +42,7 @@ static tokenizer_t *stop_tokenizer(const char *path, int64_t vocab) {
     return tok;
 }
 
-static void print_stats(const decode_stats_t *ds, double pool_bytes_per_token) {
+static void print_stats(const decode_stats_t *ds, const constraints_stats_t *cs, double pool_bytes_per_token) {
     double fwd = (double)ds->forward_ns / 1e9;
     fprintf(stderr, "%s: stats: decode_steps %llu\n", STAGE, (unsigned long long)ds->steps);
     fprintf(stderr, "%s: stats: decoded_tokens %llu\n", STAGE, (unsigned long long)ds->tokens);
@@ -53,6 +55,12 @@ static void print_stats(const decode_stats_t *ds, double pool_bytes_per_token) {
     fprintf(stderr, "%s: stats: sample_s %.6f\n", STAGE, (double)ds->sample_ns / 1e9);
     fprintf(stderr, "%s: stats: deserialize_s %.6f\n", STAGE, (double)ds->deserialize_ns / 1e9);
     if (ds->requests) fprintf(stderr, "%s: stats: mean_queue_s %.6f\n", STAGE, (double)ds->queue_ns / 1e9 / (double)ds->requests);
+    constraints_print_stats(stderr, STAGE, cs);
+    if (!ds->grammar_tokens) return;
+    fprintf(stderr, "%s: stats: grammar_tokens %llu\n", STAGE, (unsigned long long)ds->grammar_tokens);
+    fprintf(stderr, "%s: stats: grammar_us_per_token %.3f\n", STAGE, (double)ds->grammar_ns / 1e3 / (double)ds->grammar_tokens);
+    fprintf(stderr, "%s: stats: grammar_max_us %.3f\n", STAGE, (double)ds->grammar_max_ns / 1e3);
+    fprintf(stderr, "%s: stats: grammar_forced_ends %llu\n", STAGE, (unsigned long long)ds->forced_ends);
 }
 
 /* fp32 bytes of pools and indexer keys per position, summed over the KV-source layers. */
@@ -65,7 +73,7 @@ static double pool_bytes_per_token(const model_config_t *c) {
 
 int main(int argc, char **argv) {
     const char *model_dir = "data/models/tiny-v41", *device = "cpu", *tokenizer_path = NULL, *token_map = NULL;
-    int64_t threads = 0, max_batch = 64, pool_tokens = 1 << 20, context = 0, max_tokens = 16;
+    int64_t threads = 0, max_batch = 64, pool_tokens = 1 << 20, context = 0, max_tokens = 16, grammar_cache = 64;
     cli_opt_t opts[] = {
         {"model", CLI_STRING, &model_dir, "DIR", "checkpoint directory (default data/models/tiny-v41)", 0, 0},
         {"device", CLI_STRING, &device, "cpu|cuda:N", "where the model runs (default cpu; cuda: the GPU backend)", 0, 0},
@@ -74,7 +82,8 @@ int main(int argc, char **argv) {
         {"pool-tokens", CLI_INT, &pool_tokens, "N", "state positions held at once over all sequences (default 1048576)", 1, 1ll << 40},
         {"context", CLI_INT, &context, "N", "positions a sequence may reach (default and most: the model's max_position_embeddings)", 2, 1ll << 40},
         {"max-tokens", CLI_INT, &max_tokens, "N", "output tokens for a request that sets no max_tokens (default 16)", 1, 1ll << 40},
-        {"tokenizer", CLI_STRING, &tokenizer_path, "PATH", "tokenizer.json for stop strings (default: data/tokenizer/ next to bin/)", 0, 0},
+        {"tokenizer", CLI_STRING, &tokenizer_path, "PATH", "tokenizer.json for stop strings and constraints (default: data/tokenizer/ next to bin/)", 0, 0},
+        {"grammar-cache", CLI_INT, &grammar_cache, "N", "distinct constraints kept compiled (default 64)", 1, 1 << 20},
         {"token-map", CLI_STRING, &token_map, "PATH", "Engram token map (default: in DIR, else beside the tokenizer)", 0, 0},
         {0},
     };
@@ -87,6 +96,8 @@ int main(int argc, char **argv) {
                    "the random stream is keyed by seed and position, so batching never changes an output). Generation stops\n"
                    "at the end-of-sentence token, a stop token id or a stop string (\"stop\"), or at max_tokens or the\n"
                    "context (\"length\": prompt + output tokens reach --context, default the model's max_position_embeddings).\n"
+                   "Constrained requests (response_format, compiled by di-grammar) sample within the tokens their grammar\n"
+                   "allows (docs/GRAMMAR.md); the vocabulary is loaded when the first one arrives.\n"
                    "Memory: each admitted sequence reserves prompt + min(max_tokens, context - prompt) positions of\n"
                    "--pool-tokens (pools of pool_bytes_per_token each, see --stats) besides its window rows; states that\n"
                    "do not fit wait in arrival order. A state from another model, truncated or corrupted gets an error frame.",
@@ -109,7 +120,11 @@ int main(int argc, char **argv) {
     stats_start(&st, STAGE);
     frame_in_t *in = frame_in_open(common.in, &common);
     frame_out_t *out = frame_out_open(common.out, &common, STAGE);
-    decode_opts_t o = {&m, max_batch, pool_tokens, {m.cfg.eos_token_id, max_tokens, context}, tok, STAGE, send_frame, out};
+    constraints_opts_t co = {.tok = tok, .tokenizer_path = tokenizer_path, .vocab_size = m.cfg.vocab_size,
+                             .eos = m.cfg.eos_token_id, .cache_entries = (uint32_t)grammar_cache,
+                             .threads = threads ? (int)threads : tp_default_threads()};
+    constraints_t *cons = constraints_new(&co);
+    decode_opts_t o = {&m, max_batch, pool_tokens, {m.cfg.eos_token_id, max_tokens, context}, tok, STAGE, send_frame, out, cons};
     decode_engine_t *de = decode_new(&o);
     stage_engine_t se = {STAGE, FRAME_STATE, FRAME_REQUEST,
                          "a request frame reached di-decode: the pipeline has no di-prefill before it", de, has_room, idle,
@@ -124,9 +139,10 @@ int main(int argc, char **argv) {
     io_shutdown();
     if (common.stats) {
         stats_print(&st, frame_in_counters(in), &out_counters);
-        print_stats(ds, pool_bytes_per_token(&m.cfg));
+        print_stats(ds, constraints_stats(cons), pool_bytes_per_token(&m.cfg));
     }
     decode_free(de);
+    constraints_free(cons);
     frame_in_free(in);
     if (tok) tokenizer_free(tok);
     model_close(&m);

@@ -4,6 +4,7 @@
  * prints the logits of one prompt (top-k with probabilities, or all; last or every position),
  * which is how to check a checkpoint. */
 #include "cli.h"
+#include "constraints.h"
 #include "device.h"
 #include "forward.h"
 #include "io.h"
@@ -27,9 +28,9 @@
 static const char *STAGE = "di-prefill";
 
 typedef struct {
-    const char *model_dir, *token_map, *device;
+    const char *model_dir, *token_map, *device, *tokenizer;
     bool qat;
-    int64_t replay, threads, context;
+    int64_t replay, threads, context, grammar_cache;
 } model_args_t;
 
 /* "1,2,3" -> ids; dies naming the bad element. */
@@ -103,11 +104,15 @@ static void submit(void *e, frame_t *f, uint64_t in_us) { prefill_submit(e, f, i
 static void step(void *e) { prefill_step(e); }
 
 static int serve_main(const model_args_t *a, int64_t budget, const cli_common_t *common, model_t *m) {
+    constraints_opts_t co = {.tokenizer_path = a->tokenizer, .vocab_size = m->cfg.vocab_size, .eos = m->cfg.eos_token_id,
+                             .cache_entries = (uint32_t)a->grammar_cache,
+                             .threads = a->threads ? (int)a->threads : tp_default_threads()};
+    constraints_t *cons = constraints_new(&co);
     stage_stats_t st;
     stats_start(&st, STAGE);
     frame_in_t *in = frame_in_open(common->in, common);
     frame_out_t *out = frame_out_open(common->out, common, STAGE);
-    prefill_opts_t po = {m, a->qat, a->replay, budget, a->context, STAGE, send_frame, out};
+    prefill_opts_t po = {m, a->qat, a->replay, budget, a->context, STAGE, send_frame, out, cons};
     prefill_engine_t *pe = prefill_new(&po);
     stage_engine_t se = {STAGE, FRAME_REQUEST, 0, NULL, pe, has_room, idle, submit, step};
     bool ok = stage_loop(&se, in, out, &st);
@@ -130,14 +135,16 @@ static int serve_main(const model_args_t *a, int64_t budget, const cli_common_t 
         fprintf(stderr, "%s: stats: state_bytes %llu\n", STAGE, (unsigned long long)ps->state_bytes);
         if (ps->tokens)
             fprintf(stderr, "%s: stats: state_bytes_per_prompt_token %.1f\n", STAGE, (double)ps->state_bytes / (double)ps->tokens);
+        constraints_print_stats(stderr, STAGE, constraints_stats(cons));
     }
     prefill_free(pe);
+    constraints_free(cons);
     frame_in_free(in);
     return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
-    model_args_t a = {"data/models/tiny-v41", NULL, "cpu", true, -1, 0, 0};
+    model_args_t a = {"data/models/tiny-v41", NULL, "cpu", NULL, true, -1, 0, 0, 64};
     logits_args_t l = {NULL, NULL, "last", NULL, false, false, 10, FWD_DEFAULT_CHUNK};
     const char *qat = "on";
     bool logits_mode = false;
@@ -157,7 +164,8 @@ int main(int argc, char **argv) {
         {"top-k", CLI_INT, &l.top_k, "N", "--logits: tokens shown per position, by logit (default 10; 0 = every logit)", 0, 1 << 30},
         {"position", CLI_STRING, &l.position, "all|last", "--logits: which positions to print (default last)", 0, 0},
         {"json", CLI_FLAG, &l.json, NULL, "--logits: JSON instead of a table", 0, 0},
-        {"tokenizer", CLI_STRING, &l.tokenizer, "PATH", "--logits: tokenizer.json (default: data/tokenizer/ next to bin/)", 0, 0},
+        {"tokenizer", CLI_STRING, &a.tokenizer, "PATH", "tokenizer.json for constraints and --logits (default: data/tokenizer/ next to bin/)", 0, 0},
+        {"grammar-cache", CLI_INT, &a.grammar_cache, "N", "distinct constraints kept compiled (default 64)", 1, 1 << 20},
         {"chunk", CLI_INT, &l.chunk, "N", "--logits: prefill chunk in tokens (default 512)", 1, 1 << 20},
         {0},
     };
@@ -170,7 +178,8 @@ int main(int argc, char **argv) {
                    "sequence state (docs/STATE.md) for di-decode. Exact prefill unless --replay N. Context rule: a prompt\n"
                    "must be shorter than the context (--context, default the model's max_position_embeddings) so that one\n"
                    "output token fits; a longer one gets an error frame (code context_length). Requests with an id\n"
-                   "outside the vocabulary or an empty prompt get an error frame too.\n"
+                   "outside the vocabulary or an empty prompt get an error frame too. A constrained request's first token is\n"
+                   "drawn within its grammar (docs/GRAMMAR.md); the vocabulary is loaded when the first one arrives.\n"
                    "With --logits it prints the logits of one prompt instead (how to check a checkpoint).",
         .opts = opts,
     };
@@ -189,6 +198,7 @@ int main(int argc, char **argv) {
             (long long)m.cfg.max_position_embeddings);
     if (!a.context) a.context = m.cfg.max_position_embeddings;
     l.stats = common.stats;
+    l.tokenizer = a.tokenizer;
     int rc = logits_mode ? logits_main(&a, &l, &m) : serve_main(&a, budget, &common, &m);
     model_close(&m);
     bk->destroy(bk);

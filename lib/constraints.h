@@ -1,0 +1,70 @@
+/* The grammar side of a stage that samples (di-prefill draws a request's first token,
+ * di-decode the rest): the vocabulary as the grammar sees it and the compiled grammars, each
+ * distinct constraint compiled once with its token masks (grammar.h, docs/GRAMMAR.md).
+ *
+ * Nothing is loaded until the first constrained request: a stage that never sees one never
+ * pays for the vocabulary (tokenizer, tries: tens of milliseconds and some 30 MB once).
+ *
+ * For a request, constraints_matcher checks the constraint against the hash di-grammar gave
+ * it (a mismatch means another tokenizer or build compiled it: the request fails rather than
+ * running under a grammar nobody validated) and returns a matcher at the start of the output,
+ * inside the reasoning when meta.thinking. Each step, constraints_fill_mask gives the tokens
+ * the request may take next:
+ *   - the grammar's mask: EOS exactly where the output so far is complete, nothing but EOS
+ *     where nothing else can follow (grammar_matcher_must_end), in thinking mode every token
+ *     but EOS until </think>;
+ *   - the request's stop token ids only where taking one leaves a complete output: a stop
+ *     token ends the request and its text is part of the output, so elsewhere it would cut
+ *     the structure short (special tokens are never part of a constrained answer, so as stop
+ *     ids they never fire: the answer ends with EOS).
+ * Masks are per request and deterministic: a row's mask never depends on its batch. */
+#ifndef DI_CONSTRAINTS_H
+#define DI_CONSTRAINTS_H
+
+#include "frame.h"
+#include "grammar.h"
+#include "tokenizer.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+typedef struct {
+    const grammar_vocab_t *vocab; /* a ready vocabulary (tests), borrowed; else built from: */
+    const tokenizer_t *tok;       /* a loaded tokenizer, borrowed; else loaded from: */
+    const char *tokenizer_path;   /* this tokenizer.json (NULL: the default one) */
+    int64_t vocab_size;           /* the model's: a vocabulary of another size is refused */
+    int64_t eos;                  /* the model's end-of-sentence id: the tokenizer's must agree */
+    uint32_t cache_entries;       /* distinct constraints kept compiled (0: 64) */
+    int threads;                  /* threads computing token masks at compile time (0: one) */
+} constraints_opts_t;
+
+typedef struct {
+    uint64_t requests, compiles, hits, refused;
+    uint64_t load_ns, compile_ns; /* vocabulary, compiles with masks */
+} constraints_stats_t;
+
+typedef struct constraints constraints_t;
+
+constraints_t *constraints_new(const constraints_opts_t *o);
+void constraints_free(constraints_t *c);
+
+/* For the request in f: *m = NULL when it has no constraint; else a new matcher at the start
+ * of its output. Returns 0, or -1 with *code ("bad_constraint": it does not compile, or its
+ * hash is not this stage's; "unsupported": this stage has no vocabulary matching the model)
+ * and the reason in err. The first constrained request loads the vocabulary. */
+int constraints_matcher(constraints_t *c, const frame_t *f, grammar_matcher_t **m, const char **code, char *err,
+                        size_t errlen);
+
+/* uint32 words of a mask: ceil(vocab_size / 32). */
+size_t constraints_mask_words(const constraints_t *c);
+
+/* The constraints_mask_words() words of the tokens the request may take next (see above);
+ * p: its parameters (stop token ids). */
+void constraints_fill_mask(const constraints_t *c, grammar_matcher_t *m, const frame_params_t *p, uint32_t *mask);
+
+const constraints_stats_t *constraints_stats(const constraints_t *c);
+/* The --stats lines "<stage>: stats: grammar_..." when constrained requests came; else none. */
+void constraints_print_stats(FILE *f, const char *stage, const constraints_stats_t *s);
+
+#endif
