@@ -116,18 +116,6 @@ size_t constraints_mask_words(const constraints_t *c) { return (size_t)(c->o.voc
 
 const constraints_stats_t *constraints_stats(const constraints_t *c) { return &c->stats; }
 
-void constraints_fill_mask(const constraints_t *c, grammar_matcher_t *m, const frame_params_t *p, uint32_t *mask) {
-    grammar_matcher_fill_mask(m, mask);
-    for (uint32_t i = 0; i < p->n_stop_ids; i++) {
-        uint32_t id = p->stop_ids[i];
-        if ((int64_t)id >= c->o.vocab_size || (int64_t)id == c->o.eos || !(mask[id / 32] >> (id % 32) & 1))
-            continue; /* EOS follows the grammar's own rule */
-        bool taken = grammar_matcher_accept(m, id), completes = taken && grammar_matcher_is_accepting(m);
-        if (taken) grammar_matcher_rollback(m, 1);
-        if (!completes) mask[id / 32] &= ~(1u << (id % 32));
-    }
-}
-
 void constraints_print_stats(FILE *f, const char *stage, const constraints_stats_t *s) {
     if (!s->requests) return;
     fprintf(f, "%s: stats: grammar_requests %llu\n", stage, (unsigned long long)s->requests);

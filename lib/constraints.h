@@ -8,16 +8,9 @@
  * For a request, constraints_matcher checks the constraint against the hash di-grammar gave
  * it (a mismatch means another tokenizer or build compiled it: the request fails rather than
  * running under a grammar nobody validated) and returns a matcher at the start of the output,
- * inside the reasoning when meta.thinking. Each step, constraints_fill_mask gives the tokens
- * the request may take next:
- *   - the grammar's mask: EOS exactly where the output so far is complete, nothing but EOS
- *     where nothing else can follow (grammar_matcher_must_end), in thinking mode every token
- *     but EOS until </think>;
- *   - the request's stop token ids only where taking one leaves a complete output: a stop
- *     token ends the request and its text is part of the output, so elsewhere it would cut
- *     the structure short (special tokens are never part of a constrained answer, so as stop
- *     ids they never fire: the answer ends with EOS).
- * Masks are per request and deterministic: a row's mask never depends on its batch. */
+ * inside the reasoning when meta.thinking. A sampler then draws each token within the
+ * matcher's mask (grammar_matcher_fill_mask: EOS exactly where the output so far is complete,
+ * in thinking mode every token but EOS until </think>) and accepts it. */
 #ifndef DI_CONSTRAINTS_H
 #define DI_CONSTRAINTS_H
 
@@ -58,10 +51,6 @@ int constraints_matcher(constraints_t *c, const frame_t *f, grammar_matcher_t **
 
 /* uint32 words of a mask: ceil(vocab_size / 32). */
 size_t constraints_mask_words(const constraints_t *c);
-
-/* The constraints_mask_words() words of the tokens the request may take next (see above);
- * p: its parameters (stop token ids). */
-void constraints_fill_mask(const constraints_t *c, grammar_matcher_t *m, const frame_params_t *p, uint32_t *mask);
 
 const constraints_stats_t *constraints_stats(const constraints_t *c);
 /* The --stats lines "<stage>: stats: grammar_..." when constrained requests came; else none. */

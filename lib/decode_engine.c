@@ -11,7 +11,7 @@
 
 typedef struct waiting {
     frame_t f;
-    grammar_matcher_t *gm; /* the constraint, past the frame's tokens; NULL: none */
+    grammar_matcher_t *gm; /* the constraint at the start of the output; NULL: none */
     uint64_t in_us, arrived_ns;
     int64_t T, reserve;
     struct waiting *next;
@@ -99,24 +99,15 @@ static int64_t reservation(const decode_engine_t *d, const frame_t *f, int64_t T
     return T + (max_new > 1 ? max_new : 1);
 }
 
-/* The request's matcher, rebuilt by accepting the tokens the frame already carries: *gm
- * (NULL without a constraint), or an error frame and false. */
-static bool rebuild_matcher(decode_engine_t *d, const frame_t *f, uint64_t in_us, grammar_matcher_t **gm) {
+/* The request's matcher at the start of its output: *gm (NULL without a constraint), or an
+ * error frame and false. */
+static bool new_matcher(decode_engine_t *d, const frame_t *f, uint64_t in_us, grammar_matcher_t **gm) {
     char msg[1200];
     const char *code = "unsupported";
     *gm = NULL;
     if (f->constraint.kind == CONSTRAINT_NONE) return true;
     if (!d->o.constraints) snprintf(msg, sizeof msg, "this stage applies no constraints");
-    else if (!constraints_matcher(d->o.constraints, f, gm, &code, msg, sizeof msg)) {
-        for (uint32_t i = 0; i < f->n_tokens; i++)
-            if (!grammar_matcher_accept(*gm, f->tokens[i])) {
-                code = "bad_state";
-                snprintf(msg, sizeof msg, "output token %u (at %u) is not allowed by the request's constraint", f->tokens[i], i);
-                grammar_matcher_free(*gm), *gm = NULL;
-                break;
-            }
-        if (*gm) return true;
-    }
+    else if (!constraints_matcher(d->o.constraints, f, gm, &code, msg, sizeof msg)) return true;
     refuse(d, f, in_us, code, msg);
     return false;
 }
@@ -136,7 +127,7 @@ void decode_submit(decode_engine_t *d, frame_t *f, uint64_t in_us) {
                      (long long)need, (long long)d->o.pool_tokens);
         refuse(d, f, in_us, st ? "too_large" : "bad_state", msg);
         seqstate_free(st);
-    } else if (rebuild_matcher(d, f, in_us, &gm)) {
+    } else if (new_matcher(d, f, in_us, &gm)) {
         waiting_t *w = xcalloc(1, sizeof *w);
         w->f = *f;
         w->gm = gm;
@@ -191,13 +182,19 @@ static bool ends_now(const decode_engine_t *d, seq_t *s) {
     return s->gm && !s->sp.logprobs && d->o.limits.eos >= 0 && grammar_matcher_must_end(s->gm);
 }
 
+/* Records an output token the grammar (if any) has accepted: the finish reason, or NULL. A stop
+ * token id ends a constrained output only where the output is complete with it. */
+static const char *push(seq_t *s, uint32_t token) {
+    return finish_push(&s->fin, token, !s->gm || grammar_matcher_is_accepting(s->gm));
+}
+
 /* Appends EOS to ids[0..*n) and records it: the finish reason. */
 static const char *take_eos(decode_engine_t *d, seq_t *s, uint32_t *ids, uint32_t *n) {
     uint32_t eos = (uint32_t)d->o.limits.eos;
     grammar_matcher_accept(s->gm, eos);
     ids[(*n)++] = eos;
     d->stats.forced_ends++;
-    return finish_push(&s->fin, eos);
+    return push(s, eos);
 }
 
 /* Takes a waiting state into the running batch: its first frame goes out at once, and a
@@ -226,6 +223,12 @@ static void admit(decode_engine_t *d, waiting_t *w) {
         code = "unsupported";
         seqstate_free(st), s->st = st = NULL;
     }
+    for (uint32_t i = 0; st && s->gm && i < s->f.n_tokens; i++)
+        if (!grammar_matcher_accept(s->gm, s->f.tokens[i])) {
+            snprintf(msg, sizeof msg, "output token %u (at %u) breaks the request's constraint", s->f.tokens[i], i);
+            seqstate_free(st), s->st = st = NULL;
+        }
+    if (st && s->gm) grammar_matcher_rollback(s->gm, s->f.n_tokens); /* replayed below, token by token */
     if (!st) {
         refuse(d, &s->f, s->in_us, code, msg);
         seq_free(s);
@@ -241,7 +244,10 @@ static void admit(decode_engine_t *d, waiting_t *w) {
         if (c->layers[L].has_compressor) seqstate_reserve(st, L, s->reserve / c->layers[L].ratio);
     if (s->gm) s->mask = xmalloc(constraints_mask_words(d->o.constraints) * sizeof *s->mask);
     const char *reason = NULL;
-    for (uint32_t i = 0; i < s->f.n_tokens && !reason; i++) reason = finish_push(&s->fin, s->f.tokens[i]);
+    for (uint32_t i = 0; i < s->f.n_tokens && !reason; i++) {
+        if (s->gm) grammar_matcher_accept(s->gm, s->f.tokens[i]);
+        reason = push(s, s->f.tokens[i]);
+    }
     uint32_t *ids = xmalloc((s->f.n_tokens + 1) * sizeof *ids), n = s->f.n_tokens;
     memcpy(ids, s->f.tokens, n * sizeof *ids);
     if (!reason && ends_now(d, s)) reason = take_eos(d, s, ids, &n);
@@ -291,7 +297,7 @@ size_t decode_step(decode_engine_t *d) {
         }
         frame_logprob_t lp;
         uint64_t t2 = now_ns();
-        if (s->gm) constraints_fill_mask(d->o.constraints, s->gm, &s->f.params, s->mask);
+        if (s->gm) grammar_matcher_fill_mask(s->gm, s->mask);
         uint64_t t3 = now_ns();
         s->last = sampler_pick(d->sampler, &s->sp, d->logits + (size_t)i * (size_t)V, s->st->T, s->gm ? s->mask : NULL, &lp);
         uint64_t t4 = now_ns();
@@ -310,7 +316,7 @@ size_t decode_step(decode_engine_t *d) {
             }
         }
         uint32_t out[2] = {s->last}, n_out = 1;
-        reason = finish_push(&s->fin, s->last);
+        reason = push(s, s->last);
         if (!reason && ends_now(d, s)) reason = take_eos(d, s, out, &n_out);
         emit_tokens(d, s, out, n_out, &lp, false);
         if (reason) {

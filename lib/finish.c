@@ -25,10 +25,10 @@ int finish_init(finish_t *fi, const frame_t *f, int64_t prompt, const finish_lim
     return 0;
 }
 
-const char *finish_push(finish_t *fi, uint32_t token) {
+const char *finish_push(finish_t *fi, uint32_t token, bool may_stop) {
     fi->produced++;
     if ((int64_t)token == fi->eos) return "stop";
-    for (uint32_t i = 0; i < fi->n_stop_ids; i++)
+    for (uint32_t i = 0; i < fi->n_stop_ids && may_stop; i++)
         if (token == fi->stop_ids[i]) return "stop";
     char err[128];
     if (fi->text && response_push(fi->text, &token, 1, NULL, err, sizeof err) == 1) return "stop";

@@ -1,5 +1,6 @@
 /* When a request's generation ends (di-decode). After each output token, in this order:
- *   the end-of-sentence token (config eos_token_id) or one of the request's stop_token_ids -> "stop";
+ *   the end-of-sentence token (config eos_token_id) or one of the request's stop_token_ids -> "stop"
+ *     (a stop token id only where it may end the output: see finish_push);
  *   a stop string completed in the text -> "stop", by the very rule the sink cuts the text with
  *     (response.h: the answer only, not reasoning or tool-call markup), so decode never
  *     generates past it;
@@ -14,6 +15,7 @@
 #include "response.h"
 #include "tokenizer.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
@@ -34,8 +36,10 @@ typedef struct {
  * 0, or -1 with err. */
 int finish_init(finish_t *fi, const frame_t *f, int64_t prompt, const finish_limits_t *lim, const tokenizer_t *tok,
                 char *err, size_t errlen);
-/* Records the next output token: NULL while generation goes on, else the finish reason. */
-const char *finish_push(finish_t *fi, uint32_t token);
+/* Records the next output token: NULL while generation goes on, else the finish reason.
+ * may_stop false: the token is not taken as a stop token id (a constrained output that is not
+ * complete with it: the id is then text of the answer). */
+const char *finish_push(finish_t *fi, uint32_t token, bool may_stop);
 void finish_free(finish_t *fi);
 
 #endif

@@ -111,7 +111,7 @@ static void finish_job(prefill_engine_t *p, job_t *j, const float *logits) {
     uint64_t t0 = now_ns();
     if (j->gm) {
         if (!p->mask) p->mask = xmalloc(constraints_mask_words(p->o.constraints) * sizeof *p->mask);
-        constraints_fill_mask(p->o.constraints, j->gm, &req->params, p->mask);
+        grammar_matcher_fill_mask(j->gm, p->mask);
     }
     uint32_t tok = sampler_pick(p->sampler, &sp, logits, st->T, j->gm ? p->mask : NULL, &lp);
     uint64_t t1 = now_ns();

@@ -22,7 +22,7 @@
  * be used (constraints.h: bad_constraint, or unsupported without a vocabulary).
  *
  * A constrained request's first token is drawn among the tokens its grammar allows at the
- * start of the output (constraints_fill_mask); di-decode replays it through the grammar. */
+ * start of the output (grammar_matcher_fill_mask); di-decode replays it through the grammar. */
 #ifndef DI_PREFILL_ENGINE_H
 #define DI_PREFILL_ENGINE_H
 

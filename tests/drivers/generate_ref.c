@@ -33,7 +33,7 @@ static json_t *generate(const model_t *m, sampler_t *smp, const frame_t *req, co
     for (;;) {
         uint32_t t = sampler_pick(smp, &sp, logits, st->T, NULL, NULL);
         json_array_append_new(out, json_integer(t));
-        if ((reason = finish_push(&fi, t))) break;
+        if ((reason = finish_push(&fi, t, true))) break;
         if (forward_step(st, t, logits, err, sizeof err)) die("%s", err);
     }
     json_t *line = json_pack("{s:s, s:o, s:s}", "id", req->id, "tokens", out, "finish_reason", reason);

@@ -10,7 +10,12 @@
  *   "gen":     also "seeds": [int], optional "max_tokens", "steer_after", "think_tokens",
  *              "thinking" (see grammar_walk in grammar.h: the model loop with random choices)
  *              -> {"outputs": [answer text], "reasoning": [text], "finished": [bool],
- *                  "tokens": [int]}, and for regexes "pcre2": [bool] on the outputs */
+ *                  "tokens": [int]}, and for regexes "pcre2": [bool] on the outputs
+ *   "replay":  also "outputs": [[token id]] (a model's outputs), optional "thinking": each
+ *              replayed through a matcher -> {"accepted": [bool]: every token allowed in turn,
+ *              "complete": [bool]: the answer is a complete match, "answers": [text], and for
+ *              regexes "pcre2_partial": [bool]: PCRE2 says the answer is a match or a prefix of
+ *              one (partial-hard match) */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "grammar.h"
 #include "tokenizer.h"
@@ -31,18 +36,26 @@ static constraint_kind_t kind_of(const char *s)
     return CONSTRAINT_NONE;
 }
 
-/* PCRE2 full match (UTF, anchored at both ends, $ only at the very end) of each string. */
-static json_t *pcre2_full(const char *pattern, json_t *strings)
+/* PCRE2 full match (UTF, anchored at both ends, $ only at the very end) of each string;
+ * partial: or the string can be continued into one. */
+static json_t *pcre2_test(const char *pattern, json_t *strings, bool partial)
 {
     int code;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_DOLLAR_ENDONLY, &code, &off, NULL);
+    /* partial matching does not combine with PCRE2_ENDANCHORED: the end is \z in the pattern */
+    buf_t pat = {0};
+    buf_printf(&pat, partial ? "(?:%s)\\z" : "%s", pattern);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat.data, pat.len, PCRE2_UTF | PCRE2_ANCHORED | PCRE2_DOLLAR_ENDONLY |
+                                   (partial ? 0 : PCRE2_ENDANCHORED), &code, &off, NULL);
+    buf_free(&pat);
     pcre2_match_data *md = re ? pcre2_match_data_create_from_pattern(re, NULL) : NULL;
     json_t *res = json_array();
     for (size_t i = 0; i < json_array_size(strings); i++) {
         json_t *s = json_array_get(strings, i);
-        bool ok = re && pcre2_match(re, (PCRE2_SPTR)json_string_value(s), json_string_length(s), 0, 0, md, NULL) >= 0;
+        int rc = re ? pcre2_match(re, (PCRE2_SPTR)json_string_value(s), json_string_length(s), 0,
+                                  partial ? PCRE2_PARTIAL_HARD : 0, md, NULL)
+                    : -1;
+        bool ok = rc >= 0 || (partial && rc == PCRE2_ERROR_PARTIAL);
         json_array_append_new(res, json_boolean(ok));
     }
     pcre2_match_data_free(md);
@@ -93,7 +106,34 @@ static json_t *gen(ctx_t *x, grammar_t *g, json_t *job)
         grammar_walk_free(&w);
     }
     json_t *r = json_pack("{s:o, s:o, s:o, s:o}", "outputs", outs, "finished", fin, "tokens", ntok, "reasoning", reasons);
-    if (grammar_kind(g) == CONSTRAINT_REGEX) json_object_set_new(r, "pcre2", pcre2_full(grammar_canonical(g), outs));
+    if (grammar_kind(g) == CONSTRAINT_REGEX) json_object_set_new(r, "pcre2", pcre2_test(grammar_canonical(g), outs, false));
+    return r;
+}
+
+static json_t *replay(ctx_t *x, grammar_t *g, json_t *job)
+{
+    json_t *outputs = json_object_get(job, "outputs"), *acc = json_array(), *done = json_array(), *answers = json_array();
+    bool thinking = json_is_true(json_object_get(job, "thinking"));
+    for (size_t i = 0; i < json_array_size(outputs); i++) {
+        json_t *ids = json_array_get(outputs, i);
+        grammar_matcher_t *m = grammar_matcher_new(g, thinking);
+        bool ok = true;
+        buf_t answer = {0};
+        for (size_t k = 0; k < json_array_size(ids) && ok; k++) {
+            uint32_t id = (uint32_t)json_integer_value(json_array_get(ids, k));
+            bool in_answer = !grammar_matcher_in_reasoning(m);
+            ok = grammar_matcher_accept(m, id);
+            if (ok && in_answer && id != x->eos) tokenizer_decode(x->tok, &id, 1, &answer);
+        }
+        json_array_append_new(acc, json_boolean(ok));
+        json_array_append_new(done, json_boolean(ok && grammar_matcher_is_accepting(m)));
+        json_array_append_new(answers, text_value(&answer));
+        buf_free(&answer);
+        grammar_matcher_free(m);
+    }
+    json_t *r = json_pack("{s:o, s:o, s:o}", "accepted", acc, "complete", done, "answers", answers);
+    if (grammar_kind(g) == CONSTRAINT_REGEX)
+        json_object_set_new(r, "pcre2_partial", pcre2_test(grammar_canonical(g), json_object_get(r, "answers"), true));
     return r;
 }
 
@@ -103,7 +143,7 @@ static json_t *run(ctx_t *x, json_t *job)
     constraint_kind_t kind = kind_of(json_string_value(json_object_get(job, "kind")));
     const char *text = json_string_value(json_object_get(job, "constraint"));
     char err[1024];
-    bool masks = op && !strcmp(op, "gen");
+    bool masks = op && (!strcmp(op, "gen") || !strcmp(op, "replay"));
     grammar_t *g = grammar_compile(x->vocab, kind, text, masks, err, sizeof err);
     if (!g) return json_pack("{s:s}", "error", err);
     json_t *r;
@@ -114,7 +154,9 @@ static json_t *run(ctx_t *x, json_t *job)
             json_array_append_new(res, json_boolean(grammar_match_bytes(g, (const uint8_t *)json_string_value(s), json_string_length(s))));
         }
         r = json_pack("{s:o}", "results", res);
-        if (kind == CONSTRAINT_REGEX) json_object_set_new(r, "pcre2", pcre2_full(text, inputs));
+        if (kind == CONSTRAINT_REGEX) json_object_set_new(r, "pcre2", pcre2_test(text, inputs, false));
+    } else if (!strcmp(op ? op : "", "replay")) {
+        r = replay(x, g, job);
     } else if (masks) {
         r = gen(x, g, job);
     } else {

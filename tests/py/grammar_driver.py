@@ -30,6 +30,9 @@ class GrammarDriver:
     def gen(self, kind, constraint, seeds, **opts):
         return self.job(op="gen", kind=kind, constraint=constraint, seeds=seeds, **opts)
 
+    def replay(self, kind, constraint, outputs, thinking=False):
+        return self.job(op="replay", kind=kind, constraint=constraint, outputs=outputs, thinking=thinking)
+
     def close(self):
         self.p.stdin.close()
         self.p.wait(timeout=30)

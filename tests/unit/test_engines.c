@@ -6,16 +6,19 @@
  *    requests submitted in reverse, greedy and seeded sampling with filters;
  *  - refusals answer the request and the engine keeps serving: another model's state, a
  *    truncated or corrupted state, a frame whose token disagrees with its state, bad prompts,
- *    constrained requests (until grammar masks are applied);
+ *    constrained requests where no vocabulary is loaded;
  *  - the context rule: a prompt must be shorter than the context; output stops with "length"
  *    when prompt + output reach it;
  *  - memory pressure: a pool smaller than the load queues, everything is answered, the pool
  *    bound holds; a sequence larger than the whole pool is refused;
  *  - stop conditions (end-of-sentence, stop token ids, max_tokens), meta on the first frame,
- *    usage, logprobs. */
+ *    usage, logprobs;
+ *  - constrained requests (regexes on a synthetic vocabulary): outputs keep to their grammar,
+ *    do not depend on batching or logprobs, stop ids end them only where complete; refusals. */
 #include "backend_cpu.h"
 #include "decode_engine.h"
 #include "forward.h"
+#include "grammar.h"
 #include "mkmodel.h"
 #include "prefill_engine.h"
 #include "sampler.h"
@@ -443,6 +446,161 @@ static void test_stops_meta_usage(void) {
     frames_free(&out), frames_free(&st);
 }
 
+/* ---- constrained requests, on a synthetic vocabulary of the 512 ids: 3..255 single bytes, 256..355
+ * the two-digit strings "00".."99", the rest "a".."z" pairs; 1 EOS, 2 </think> ---- */
+enum { EOS = 1, THINK_END = 2 };
+
+static grammar_vocab_t *vocab_512(void) {
+    uint8_t text[512][8];
+    const uint8_t *bytes[512];
+    uint32_t lens[512];
+    bool excluded[512] = {[0] = true, [EOS] = true, [THINK_END] = true};
+    for (int i = 0; i < 512; i++) {
+        lens[i] = (uint32_t)(i < 256 ? 1 : 2);
+        text[i][0] = (uint8_t)(i < 256 ? i : i < 356 ? '0' + (i - 256) / 10 : 'a' + (i - 356) / 26);
+        text[i][1] = (uint8_t)(i < 356 ? '0' + (i - 256) % 10 : 'a' + (i - 356) % 26);
+        bytes[i] = text[i];
+    }
+    memcpy(text[EOS], "</s>", 4), lens[EOS] = 4;
+    memcpy(text[THINK_END], "</think>", 8), lens[THINK_END] = 8;
+    uint32_t eos = EOS;
+    return grammar_vocab_new(512, bytes, lens, excluded, &eos, 1, THINK_END);
+}
+
+static frame_t constrained(const char *id, uint64_t seq, uint32_t salt, const char *regex, uint64_t seed) {
+    frame_t f = request(id, seq, 5 + salt % 7, salt, 24);
+    f.params.temperature = 1, f.params.has_seed = true, f.params.seed = seed;
+    f.constraint.kind = CONSTRAINT_REGEX;
+    f.constraint.text = xstrdup(regex);
+    return f;
+}
+
+/* Per request id: its output tokens and its terminal frame ("error:code" for an error). */
+typedef struct {
+    ids_t tokens;
+    char end[48];
+} out_t;
+
+static void outputs(const frames_t *f, char ids[][16], int n, out_t *o) {
+    memset(o, 0, (size_t)n * sizeof *o);
+    for (size_t i = 0; i < f->n; i++)
+        for (int k = 0; k < n; k++) {
+            const frame_t *x = &f->v[i];
+            if (strcmp(x->id, ids[k])) continue;
+            for (uint32_t t = 0; x->type == FRAME_TOKENS && t < x->n_tokens; t++) ids_push(&o[k].tokens, x->tokens[t]);
+            if (x->type == FRAME_DONE) snprintf(o[k].end, sizeof o[k].end, "%s", x->finish_reason);
+            if (x->type == FRAME_ERROR) snprintf(o[k].end, sizeof o[k].end, "error:%s", x->code);
+        }
+}
+
+static bool same_output(const out_t *a, const out_t *b) {
+    return !strcmp(a->end, b->end) && a->tokens.n == b->tokens.n &&
+           !memcmp(a->tokens.v, b->tokens.v, a->tokens.n * sizeof *a->tokens.v);
+}
+
+/* Whether the output keeps to g: every token allowed in turn, complete when it stopped. */
+static bool keeps_to(grammar_t *g, const out_t *o) {
+    grammar_matcher_t *m = grammar_matcher_new(g, false);
+    bool ok = true;
+    for (size_t i = 0; i < o->tokens.n && ok; i++) ok = grammar_matcher_accept(m, o->tokens.v[i]);
+    ok = ok && (!strcmp(o->end, "stop") ? grammar_matcher_is_accepting(m) : !strcmp(o->end, "length") && o->tokens.n == 24);
+    grammar_matcher_free(m);
+    return ok;
+}
+
+/* Constrained requests through both engines: outputs keep to their grammar (EOS only where
+ * complete, "length" inside a structure), do not depend on batching or on logprobs (with them
+ * EOS is drawn from a step; without, taken at once where nothing else may follow), stop ids
+ * act only where the output is complete; a hash from elsewhere, a first token that breaks the
+ * constraint, and no vocabulary are refused. */
+static void test_constrained(void) {
+    static const char *regex[] = {"[1-9][0-9]{0,4}", "(ab|cd)+x", "[0-9]{3}-[a-z]{2,}", "(0|1)*", "[0-9]-[0-9]"};
+    enum { N = 32, STOPS = 20 }; /* c20..c30: "[0-9]-[0-9]" with every digit a stop token id; c31: c0 with logprobs */
+    grammar_vocab_t *v = vocab_512();
+    grammar_t *g[5];
+    for (int r = 0; r < 5; r++) g[r] = grammar_compile(v, CONSTRAINT_REGEX, regex[r], true, err, sizeof err);
+    constraints_opts_t co = {.vocab = v, .vocab_size = 512, .eos = EOS};
+    constraints_t *cons = constraints_new(&co);
+    char ids[N][16];
+    int rx[N];
+    frame_t reqs[N];
+    for (int i = 0; i < N; i++) {
+        int like = i < N - 1 ? i : 0;
+        rx[i] = like < STOPS ? like % 4 : 4;
+        snprintf(ids[i], sizeof ids[i], "c%d", i);
+        reqs[i] = constrained(ids[i], (uint64_t)i, (uint32_t)like, regex[rx[i]], 7 + (uint64_t)like / 4);
+        if (rx[i] != 4) continue;
+        reqs[i].params.n_stop_ids = 10;
+        reqs[i].params.stop_ids = xmalloc(10 * sizeof(uint32_t));
+        for (uint32_t d = 0; d < 10; d++) reqs[i].params.stop_ids[d] = '0' + d;
+    }
+    reqs[N - 1].params.logprobs = true;
+    frames_t st = {0}, big = {0}, one = {0};
+    prefill_opts_t po = prefill_opts(&model_a, 512, 4096, &st);
+    po.constraints = cons;
+    run_prefill(&po, reqs, N);
+    decode_opts_t dopt = decode_opts(64, 1 << 20, 4096, &big);
+    dopt.limits.eos = EOS, dopt.constraints = cons;
+    decode_stats_t ds = run_decode(&dopt, &st, NULL);
+    dopt = decode_opts(1, 1 << 20, 4096, &one);
+    dopt.limits.eos = EOS, dopt.constraints = cons;
+    run_decode(&dopt, &st, NULL);
+    out_t ob[N], oo[N];
+    outputs(&big, ids, N, ob), outputs(&one, ids, N, oo);
+    int kept = 0, same = 0, stopped = 0, stop_ends = 0, stop_text = 0;
+    for (int k = 0; k < N; k++) {
+        kept += keeps_to(g[rx[k]], &ob[k]);
+        same += same_output(&ob[k], &oo[k]);
+        stopped += !strcmp(ob[k].end, "stop");
+        for (size_t t = 0; rx[k] == 4 && t < ob[k].tokens.n; t++) {
+            bool digit = ob[k].tokens.v[t] >= '0' && ob[k].tokens.v[t] <= '9';
+            stop_ends += digit && t == ob[k].tokens.n - 1;
+            stop_text += digit && t < ob[k].tokens.n - 1;
+        }
+    }
+    printf("  %d constrained outputs, %d stopped; stop ids: %d ended an output, %d were text before the end; "
+           "%llu EOS without a step\n", N, stopped, stop_ends, stop_text, (unsigned long long)ds.forced_ends);
+    CHECK_EQ(kept, N);
+    CHECK_EQ(same, N);
+    CHECK(stopped >= 16 && stop_ends >= 1 && stop_text >= 1 && ds.forced_ends >= 1 && ds.grammar_tokens > 0);
+    CHECK(same_output(&ob[0], &ob[N - 1]));
+    /* refusals: a hash from another build, a first token the constraint does not allow, no constraints */
+    frames_t bad = {0}, out = {0};
+    frame_t r[3] = {constrained("h", 0, 1, "[0-9]+", 1), constrained("ok", 1, 2, "[0-9]+", 1), request("n", 2, 4, 3, 4)};
+    r[0].constraint.has_hash = true;
+    r[0].constraint.hash = grammar_key(v, CONSTRAINT_REGEX, "[0-9]+") ^ 1;
+    r[2].constraint.kind = CONSTRAINT_JSON_OBJECT;
+    po.ctx = &bad;
+    run_prefill(&po, r, 3);
+    CHECK(bad.n == 3 && bad.v[0].type == FRAME_ERROR && !strcmp(bad.v[0].code, "bad_constraint") &&
+          strstr(bad.v[0].message, "another tokenizer or build") && bad.v[1].type == FRAME_STATE && bad.v[2].type == FRAME_STATE);
+    if (bad.n == 3) {
+        printf("  %s\n", bad.v[0].message);
+        free(bad.v[1].constraint.text); /* its first token is a digit */
+        bad.v[1].constraint.text = xstrdup("x+");
+        buf_free(&bad.wire[1]);
+        frame_encode(&bad.v[1], &bad.wire[1]);
+    }
+    dopt = decode_opts(64, 1 << 20, 4096, &out);
+    dopt.limits.eos = EOS; /* and no constraints here: json_object is refused */
+    run_decode(&dopt, &bad, NULL);
+    CHECK(out.n == 2 && out.v[0].type == FRAME_ERROR && !strcmp(out.v[0].code, "unsupported") && out.v[1].type == FRAME_ERROR);
+    frames_free(&out);
+    dopt.constraints = cons, dopt.ctx = &out;
+    run_decode(&dopt, &bad, NULL);
+    bool refused = false;
+    for (size_t i = 0; i < out.n; i++)
+        if (!strcmp(out.v[i].id, "ok"))
+            refused = out.v[i].type == FRAME_ERROR && !strcmp(out.v[i].code, "bad_state") && strstr(out.v[i].message, "constraint");
+    CHECK(refused);
+    frames_free(&out), frames_free(&bad);
+    for (int k = 0; k < N; k++) ids_free(&ob[k].tokens), ids_free(&oo[k].tokens);
+    for (int r5 = 0; r5 < 5; r5++) grammar_unref(g[r5]);
+    frames_free(&st), frames_free(&big), frames_free(&one);
+    constraints_free(cons);
+    grammar_vocab_free(v);
+}
+
 static void test_setup(void) { CHECKF(false, "set-up failed: %s", err); }
 
 static bool make(model_t *m, const char *name, uint64_t seed) {
@@ -466,6 +624,7 @@ int main(void) {
         RUN(test_context_rule);
         RUN(test_pool_pressure);
         RUN(test_stops_meta_usage);
+        RUN(test_constrained);
         model_close(&model_a);
         model_close(&model_b);
     } else {
