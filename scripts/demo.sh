@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 input=${1:-examples/requests.jsonl}
 bin=${BIN:-bin}
 model=${MODEL:-data/models/tiny-v41}
-"$bin"/di-tokenize < "$input" | "$bin"/di-prefill --model "$model" | "$bin"/di-decode --model "$model" |
-    "$bin"/di-detok --ordered
+"$bin"/di-tokenize < "$input" | "$bin"/di-grammar | "$bin"/di-prefill --model "$model" |
+    "$bin"/di-decode --model "$model" | "$bin"/di-detok --ordered
