@@ -303,21 +303,22 @@ size_t decode_step(decode_engine_t *d) {
         uint64_t t4 = now_ns();
         d->stats.sample_ns += t4 - t3;
         d->stats.tokens++;
-        if (s->gm) {
-            bool taken = grammar_matcher_accept(s->gm, s->last); /* fails only if the mask was empty */
-            uint64_t g = t3 - t2 + now_ns() - t4;
+        if (s->gm && !grammar_matcher_accept(s->gm, s->last)) { /* only if the mask was empty */
+            refuse(d, &s->f, s->in_us, "internal", "the constraint allows no next token");
+            release(d, s);
+            continue;
+        }
+        uint64_t t5 = now_ns();
+        uint32_t out[2] = {s->last}, n_out = 1;
+        reason = push(s, s->last);
+        uint64_t t6 = now_ns();
+        if (!reason && ends_now(d, s)) reason = take_eos(d, s, out, &n_out);
+        if (s->gm) { /* mask, accept, the end check: what the grammar adds to a token */
+            uint64_t g = (t3 - t2) + (t5 - t4) + (now_ns() - t6);
             d->stats.grammar_tokens++;
             d->stats.grammar_ns += g;
             if (g > d->stats.grammar_max_ns) d->stats.grammar_max_ns = g;
-            if (!taken) {
-                refuse(d, &s->f, s->in_us, "internal", "the constraint allows no next token");
-                release(d, s);
-                continue;
-            }
         }
-        uint32_t out[2] = {s->last}, n_out = 1;
-        reason = push(s, s->last);
-        if (!reason && ends_now(d, s)) reason = take_eos(d, s, out, &n_out);
         emit_tokens(d, s, out, n_out, &lp, false);
         if (reason) {
             emit_done(d, s, reason);
