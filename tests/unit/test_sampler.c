@@ -1,7 +1,7 @@
 /* The sampler: the counter-based random stream, greedy ties, temperature / top-k / top-p /
  * min-p against their definitions (frequencies over many positions, and a straightforward
- * full-sort implementation over a large flat vocabulary), log-probabilities, defaults and
- * the seed of a request without one. */
+ * full-sort implementation over a large flat vocabulary), log-probabilities, token masks,
+ * defaults and the seed of a request without one. */
 #include "hash64.h"
 #include "sampler.h"
 #include "testlib.h"
@@ -172,6 +172,59 @@ static void test_logprobs(void) {
     sampler_free(s);
 }
 
+/* A token mask: only its tokens are drawn, and every filter acts on them alone (as if the
+ * others were not in the vocabulary); greedy takes the largest allowed logit; logprobs stay the
+ * model's; an empty mask gives SAMPLER_NONE. */
+static void test_mask(void) {
+    enum { V = 40, N = 40000 };
+    float l[V];
+    for (int v = 0; v < V; v++) l[v] = (float)((v * 7) % 11) / 4.0f; /* largest (2.5) at ids 3, 14, 25, 36 */
+    uint32_t mask[2] = {0};
+    bool keep[V] = {0};
+    int allowed[] = {0, 5, 12, 31, 33, 38, 39}; /* none of the largest */
+    for (size_t i = 0; i < DI_ARRAY_LEN(allowed); i++) mask[allowed[i] / 32] |= 1u << (allowed[i] % 32), keep[allowed[i]] = true;
+    sampler_t *s = sampler_new(V);
+    sampler_params_t sp = params(0, 0, 1, 0, 1);
+    int best = 0;
+    for (int v = 0; v < V; v++)
+        if (keep[v] && (!keep[best] || l[v] > l[best])) best = v;
+    CHECK_EQ(sampler_pick(s, &sp, l, 0, mask, NULL), (uint32_t)best);
+    double want[V];
+    softmax(l, V, 0.8, keep, want);
+    int *count = xcalloc(V, sizeof *count), bad = 0;
+    sp = params(0.8, 0, 1, 0, 5);
+    for (int i = 0; i < N; i++) count[sampler_pick(s, &sp, l, i, mask, NULL)]++;
+    double worst = 0;
+    for (int v = 0; v < V; v++) worst = fmax(worst, fabs((double)count[v] / N - want[v])), bad += !keep[v] && count[v];
+    CHECKF(worst < 0.01 && !bad, "masked frequencies off by %.4f, %d outside the mask", worst, bad);
+    /* top-k 2 keeps the two largest allowed logits, not the vocabulary's */
+    bool top2[V] = {0};
+    int first = best, second = -1;
+    for (int v = 0; v < V; v++)
+        if (keep[v] && v != first && (second < 0 || l[v] > l[second])) second = v;
+    top2[first] = top2[second] = true;
+    softmax(l, V, 1.0, top2, want);
+    memset(count, 0, V * sizeof *count);
+    sp = params(1.0, 2, 1, 0, 6);
+    for (int i = 0; i < N; i++) count[sampler_pick(s, &sp, l, i, mask, NULL)]++;
+    worst = 0;
+    for (int v = 0; v < V; v++) worst = fmax(worst, fabs((double)count[v] / N - want[v]));
+    CHECKF(worst < 0.01, "masked top-k 2 off by %.4f", worst);
+    sp = params(1.0, 0, 1, 0, 7);
+    sp.logprobs = true, sp.top_logprobs = 1;
+    frame_logprob_t lp;
+    uint32_t id = sampler_pick(s, &sp, l, 3, mask, &lp);
+    double lse = 0;
+    for (int v = 0; v < V; v++) lse += exp(l[v]);
+    CHECK(keep[id] && fabs(lp.logprob - (l[id] - log(lse))) < 1e-5 && !keep[lp.top_ids[0]]); /* the raw distribution */
+    uint32_t none[2] = {0};
+    CHECK_EQ(sampler_pick(s, &sp, l, 3, none, NULL), SAMPLER_NONE);
+    sp.temperature = 0;
+    CHECK_EQ(sampler_pick(s, &sp, l, 3, none, NULL), SAMPLER_NONE);
+    free(count);
+    sampler_free(s);
+}
+
 static void test_params(void) {
     frame_params_t p;
     frame_params_init(&p);
@@ -190,6 +243,7 @@ int main(void) {
     RUN(test_filters_frequencies);
     RUN(test_top_p_large_vocab);
     RUN(test_logprobs);
+    RUN(test_mask);
     RUN(test_params);
     return t_finish();
 }
