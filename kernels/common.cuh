@@ -173,4 +173,10 @@ __device__ __forceinline__ void load_rows(float *dst, int ldd, const float *cons
     }
 }
 
+// Indexer row b's sequence: from the table, or row b of the one sequence of the scalar fields.
+__device__ __forceinline__ ix_row_t ix_row(const ix_args_t &a, int64_t b) {
+    if (a.rows) return a.rows[b];
+    return ix_row_t{a.keys, a.ldk, a.nk, b, a.pos0 + b};
+}
+
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }

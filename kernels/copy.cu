@@ -1,5 +1,6 @@
-// Strided 2-D copy on the device (the backend's copy op): a kernel rather than a 2-D memcpy,
-// so that graph replays can update it in place (2-D memcpy nodes cannot be updated).
+// Strided 2-D copies on the device (the backend's copy ops): kernels rather than 2-D memcpys,
+// so that graph replays can update them in place (2-D memcpy nodes cannot be updated). Many
+// copies (a batch's window and pool writes) go in one launch from a device table.
 #include "common.cuh"
 
 __global__ void copy_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t cols) {
@@ -14,6 +15,27 @@ extern "C" cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t
         int64_t n = rows - r0 < 65535 ? rows - r0 : 65535;
         copy_kernel<<<dim3((unsigned)ceil_div(cols, 256), (unsigned)n), 256, 0, s>>>(dst + r0 * ldd, ldd, src + r0 * lds, lds,
                                                                                     cols);
+        cudaError_t e = DI_LAUNCHED();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+// Block (x, y) copies every gridDim.x-th element of copy y, from element x * blockDim.x.
+__global__ void copy_many_kernel(const copy_desc_t *d) {
+    copy_desc_t c = d[blockIdx.y];
+    int64_t n = c.rows * c.cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / c.cols, k = i % c.cols;
+        c.dst[r * c.ldd + k] = c.src[r * c.lds + k];
+    }
+}
+
+extern "C" cudaError_t k_copy_many(const copy_desc_t *d, int n, int64_t most, cudaStream_t s) {
+    if (n <= 0 || most <= 0) return cudaSuccess;
+    for (int i = 0; i < n; i += 65535) {
+        unsigned ny = (unsigned)(n - i < 65535 ? n - i : 65535);
+        copy_many_kernel<<<dim3((unsigned)min(ceil_div(most, 256), (int64_t)64), ny), 256, 0, s>>>(d + i);
         cudaError_t e = DI_LAUNCHED();
         if (e != cudaSuccess) return e;
     }

@@ -1,7 +1,7 @@
 // Hyper-connection coefficients (MODEL_V41 §5.3) per row in fp32: the row's RMS over all hc
 // streams scales the fn mixes, then pre, post and the Sinkhorn-projected C (the CPU
-// backend's mix_row, operation for operation; the Sinkhorn steps one thread per entry). coef
-// may alias mixes.
+// backend's mix_row, operation for operation; the Sinkhorn steps in one warp, a lane per
+// entry). coef may alias mixes.
 #include "common.cuh"
 
 #define HC_MAX 16
@@ -14,7 +14,19 @@ __global__ void hc_mix_kernel(float *coef, int64_t ldc, const float *mixes, int6
     int nm = (2 + hc) * hc, t = threadIdx.x, hh = hc * hc;
     const float *x = X + blockIdx.x * ldx;
     float ss = 0.0f;
-    for (int64_t i = t; i < xcols; i += blockDim.x) ss += x[i] * x[i];
+    if (xcols % 4 == 0 && (uintptr_t)x % 16 == 0) { /* 16-byte loads, four in flight */
+        const float4 *x4 = (const float4 *)x;
+        int64_t n4 = xcols >> 2;
+        for (int64_t i = t; i < n4; i += 4 * blockDim.x) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = i + u * blockDim.x < n4 ? x4[i + u * blockDim.x] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int u = 0; u < 4; u++) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+        }
+    } else {
+        for (int64_t i = t; i < xcols; i += blockDim.x) ss += x[i] * x[i];
+    }
     ss = block_sum(ss, red);
     float inv = 1.0f / sqrtf(ss / (float)xcols + eps);
     const float *mix = mixes + blockIdx.x * ldm;
@@ -33,30 +45,27 @@ __global__ void hc_mix_kernel(float *coef, int64_t ldc, const float *mixes, int6
         for (int j = 0; j < hc; j++) row[j] = row[j] / s + hc_eps;
     }
     __syncthreads();
-    /* Sinkhorn: each thread owns one entry and sums its row or column in the CPU's order */
-    int i = t / (hc ? hc : 1), j = t % (hc ? hc : 1);
-    for (int it = 0; it < iters; it++) {
-        float v = 0.0f;
-        if (it) {
-            if (t < hh) {
+    if (t >= 32) return;
+    /* Sinkhorn in the first warp: lane t owns entries t, t + 32, ... and sums their row or
+     * column in the CPU's order */
+    for (int it = 0; it < iters; it++)
+        for (int pass = it ? 0 : 1; pass < 2; pass++) { /* 0: rows, 1: columns */
+            float v[HC_MAX * HC_MAX / 32];
+#pragma unroll
+            for (int q = 0; q < HC_MAX * HC_MAX / 32; q++) {
+                int e = t + 32 * q, i = e / hc, j = e % hc;
+                if (e >= hh) break;
                 float s = 0.0f;
-                for (int b = 0; b < hc; b++) s += C[i * hc + b];
-                v = C[t] / (s + hc_eps);
+                for (int b = 0; b < hc; b++) s += pass ? C[b * hc + j] : C[i * hc + b];
+                v[q] = C[e] / (s + hc_eps);
             }
-            __syncthreads();
-            if (t < hh) C[t] = v;
-            __syncthreads();
+            __syncwarp();
+#pragma unroll
+            for (int q = 0; q < HC_MAX * HC_MAX / 32; q++)
+                if (t + 32 * q < hh) C[t + 32 * q] = v[q];
+            __syncwarp();
         }
-        if (t < hh) {
-            float s = 0.0f;
-            for (int a = 0; a < hc; a++) s += C[a * hc + j];
-            v = C[t] / (s + hc_eps);
-        }
-        __syncthreads();
-        if (t < hh) C[t] = v;
-        __syncthreads();
-    }
-    if (t < hh) o[2 * hc + t] = C[t];
+    for (int e = t; e < hh; e += 32) o[2 * hc + e] = C[e];
 }
 
 extern "C" cudaError_t k_hc_mix(float *coef, int64_t ldc, const float *mixes, int64_t ldm, const float *X, int64_t ldx,

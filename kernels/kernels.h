@@ -33,7 +33,10 @@ typedef struct {
  * splits > 1 (dense): the reduction is cut in `splits` ranges whose partial sums go to partial
  * ([splits][positions][n]); the last block of an output tile to finish (counted in counters,
  * zero before and after) adds them in split order. pos_chunk > 0 (dense, CUDA cores, splits
- * 1): blocks take pos_chunk positions each instead of all of them. */
+ * 1): blocks take pos_chunk positions each instead of all of them.
+ * Block-diagonal (dense, x_group_n > 0): output o reads x columns [(o / x_group_n) * k, + k), so
+ * one launch does a grouped projection (x_group_n a multiple of 16, of 128 on the tensor
+ * cores). x_vec: x, ldx (and k when block-diagonal) allow 16-byte activation loads. */
 typedef struct {
     int64_t m, n, k, row0;
     const float *x;
@@ -50,7 +53,9 @@ typedef struct {
     float *partial;
     unsigned *counters;
     int64_t pos_chunk;
-    int64_t blocks_cap; /* CUDA cores, no split: at most this many blocks along the outputs (0: no cap) */
+    int sms;            /* CUDA cores: the GPU's multiprocessors (blocks loop over output groups, one wave in all) */
+    int64_t x_group_n;
+    int x_vec;
 } mm_args_t;
 
 /* True when the fast kernels can read this weight (else k_matmul_simt uses a plain one). */
@@ -59,13 +64,26 @@ cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores (mma.sync bf16); FP8/FP4 weights with k a multiple of 32, block_cols 32. */
 int k_matmul_tc_ok(const kw_t *w);
 cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
+/* Tensor cores for grouped matmuls with few positions per group (matmul_tcs.cu): 128 output
+ * rows per block, 8 positions a pass; FP8/FP4 weights, k a multiple of 32, no split. */
+int k_matmul_tcs_ok(const kw_t *w);
+cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s);
 
 /* ---- memory (copy.cu) and row-wise ops ---------------------------------------------------- */
 cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols, cudaStream_t s);
+/* n copies from a device table (rows x cols each, most: the largest rows * cols). */
+typedef struct {
+    float *dst;
+    const float *src;
+    int64_t ldd, lds, rows, cols;
+} copy_desc_t;
+cudaError_t k_copy_many(const copy_desc_t *d, int n, int64_t most, cudaStream_t s);
 cudaError_t k_rmsnorm(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int64_t rows, int64_t cols,
                       float eps, cudaStream_t s);
+/* Row r at position pos0 + r * pos_step, or (row_pos, device, rows pairs) row row_pos[2i] at
+ * position row_pos[2i + 1]. */
 cudaError_t k_rope(float *x, int64_t ldx, int64_t rows, int64_t cols, int head_dim, const float *inv_freq, int half,
-                   int64_t pos0, int64_t pos_step, int inverse, cudaStream_t s);
+                   int64_t pos0, int64_t pos_step, const int64_t *row_pos, int inverse, cudaStream_t s);
 cudaError_t k_qat(float *x, int64_t ldx, int64_t rows, int64_t cols, int kind, int block, cudaStream_t s);
 cudaError_t k_hc_mix(float *coef, int64_t ldc, const float *mixes, int64_t ldm, const float *X, int64_t ldx, int64_t rows,
                      int64_t xcols, const float *base, const float *scale, int hc, float eps, float hc_eps, int iters,
@@ -86,7 +104,18 @@ cudaError_t k_group_pool(float *out, int64_t ldo, const float *z, int64_t ldz, c
  * Sparse attention with sink (backend.h). Virtual key u < window: the window row of position
  * i - u; u >= window: pool row sel[r][u - window]. splits > 1: partial results of key ranges
  * in part_o ([splits][m][heads*d]) and part_ml ([splits][m][heads][2]), merged by the same
- * launcher. */
+ * launcher. rows (device, m entries) or NULL: each query row's sequence; NULL means row b is
+ * row b of q/out/sel at position pos0 + b with the scalar fields' ring, kv_new and pool. vec:
+ * every row pointer and stride allows 16-byte loads. */
+typedef struct {
+    const float *ring;
+    int64_t ld_ring, ring_rows;
+    const float *kv; /* the kv_new row of position pos0 (window positions >= pos0 come from there on) */
+    int64_t pos0, win_lo;
+    const float *pool;
+    int64_t ld_pool, pool_rows;
+    int64_t row, pos; /* row of q, out and sel; its position */
+} attn_row_t;
 typedef struct {
     float *out;
     int64_t ldo;
@@ -108,26 +137,42 @@ typedef struct {
     int heads, d;
     int splits;
     float *part_o, *part_ml;
+    const attn_row_t *rows;
+    int vec;
 } attn_args_t;
 cudaError_t k_attention(const attn_args_t *a, cudaStream_t s);
 size_t k_attention_smem(int d);
 
 /* ---- indexer (indexer_score.cu, topk.cu) ------------------------------------------------------
- * scores[r][j] (ld = nk) for j < nvis(r) = min(nk, (pos0 + r + 1) / ratio), -inf beyond. */
-cudaError_t k_indexer_score(float *scores, const float *q, int64_t ldq, const float *w, int64_t ldw, const float *keys,
-                            int64_t ldk, int64_t nk, int64_t m, int heads, int di, int64_t pos0, int ratio, float q_scale,
-                            float w_scale, cudaStream_t s);
-/* Block scores: bs[r][b] = max of the row's visible scores in block b, the newest block +inf. */
-cudaError_t k_block_scores(float *bs, int64_t nb_max, const float *scores, int64_t nk, int64_t m, int64_t pos0, int ratio,
-                           int block_size, cudaStream_t s);
-/* Entries outside the row's candidate blocks (ascending ids, -1 padded) become -inf. */
-cudaError_t k_mask_blocks(float *scores, int64_t nk, int64_t m, const int32_t *blocks, int64_t ldb, int64_t nblocks,
-                          int block_size, cudaStream_t s);
-/* Top-k per row of s (row r has n(r) = min(cap, (pos0 + r + 1) / ratio) entries, divided up
- * to blocks of `block` when block > 0): the ids of the k largest finite scores, ties to the
- * lower id, ascending, -1 padded. */
-cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, int64_t m, int64_t cap, int64_t pos0,
-                   int ratio, int block, cudaStream_t s);
+ * Query row b (b < m) of the launch scores the keys of its sequence: row rows[b] of the table,
+ * or (rows NULL) row b of q/w/outputs at position pos0 + b against the scalar fields' keys.
+ * Row b sees nvis(b) = min(nk, (pos + 1) / ratio) entries. scores: m x nk_max (ld nk_max). */
+typedef struct {
+    const float *keys;
+    int64_t ldk, nk;
+    int64_t row, pos; /* row of q, w and the selections; its position */
+} ix_row_t;
+typedef struct {
+    float *scores;
+    int64_t nk_max;
+    const float *q, *w, *keys;
+    int64_t ldq, ldw, ldk, nk, pos0, m;
+    int heads, di, ratio, vec; /* vec: q and every key row allow 16-byte loads */
+    float q_scale, w_scale;
+    const ix_row_t *rows;
+} ix_args_t;
+/* scores[b][j] = the score of entry j for j < nvis(b), -inf beyond. */
+cudaError_t k_indexer_score(const ix_args_t *a, cudaStream_t s);
+/* Block scores: bs[b][blk] = max of the row's visible scores in blk, the newest block +inf. */
+cudaError_t k_block_scores(float *bs, int64_t nb_max, const ix_args_t *a, int block_size, cudaStream_t s);
+/* Entries outside the row's candidate blocks (blocks row `row`: ascending ids, -1 padded) become -inf. */
+cudaError_t k_mask_blocks(const ix_args_t *a, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
+                          cudaStream_t s);
+/* Top-k per row of sc (row b has nvis(b) entries, divided up to blocks of `block` when block >
+ * 0) into out row `row`: the ids of the k largest finite scores, ties to the lower id,
+ * ascending, -1 padded. */
+cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, const ix_args_t *a, int block,
+                   cudaStream_t s);
 
 /* ---- router and experts (router.cu, moe_dispatch.cu, moe_act.cu, moe_combine.cu) ------------ */
 cudaError_t k_router(int32_t *idx, int64_t ldi, float *wt, int64_t ldw, const float *logits, int64_t ldl, const float *bias,

@@ -1,14 +1,14 @@
 // Matmul on the CUDA cores for few positions (decode) and for the F32/BF16 weights that the
 // model computes in fp32, in fp32: each warp streams two weight rows in their storage format
-// (16-byte loads, two steps in flight, dequantized in registers), against up to MT positions
-// of activations staged in shared memory. Memory-bound by design: every weight byte is read
-// once per MT positions. A plain one-thread-per-output kernel covers shapes the fast one
-// cannot read.
+// (16-byte loads, 64 bytes per lane in flight, dequantized in registers), against up to MT
+// positions of activations staged in shared memory (16-byte loads, four in flight per
+// thread). Memory-bound by design: every weight byte is read once per MT positions, and a
+// block keeps its staged activations for every output group it takes when the reduction fits
+// the stage. A plain one-thread-per-output kernel covers shapes the fast one cannot read.
 #include "common.cuh"
 
 #define MM_WARPS 8
 #define MM_RW 2          // weight rows per warp
-#define MM_STAGE 8192    // staged activations: MT positions x (8192 / MT) columns
 #define MM_LANE 16       // columns per lane per step
 #define MM_STEP (32 * MM_LANE)
 
@@ -87,12 +87,49 @@ __device__ __forceinline__ bool block_group(const mm_args_t &a, int gi, int64_t 
 // four conflict-free 16-byte reads.
 __device__ __forceinline__ int plane_slot(int e, int kc) { return ((e & 15) >> 2) * (kc / 4) + (e >> 4) * 4 + (e & 3); }
 
+// Stages activations [xcol, xcol + kn) of positions p0 .. p0+np-1 (zeros beyond np) into xs
+// (MT rows of KC in plane order). vec: 16-byte loads, four per thread in flight.
+template <int MT>
+__device__ __forceinline__ void stage_x(float *xs, int KC, const mm_args_t &a, const int64_t *xoff, int np, int64_t xcol,
+                                        int kn) {
+    if (a.x_vec) {
+        int per = kn >> 2, total = MT * per;
+        for (int base = threadIdx.x; base < total; base += 4 * blockDim.x) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int i = base + u * blockDim.x, t = i / per;
+                v[u] = i < total && t < np ? __ldg((const float4 *)(a.x + xoff[t] + xcol) + (i - t * per))
+                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int i = base + u * blockDim.x, t = i / per;
+                if (i < total) *(float4 *)(xs + t * KC + plane_slot(4 * (i - t * per), KC)) = v[u];
+            }
+        }
+        return;
+    }
+    for (int t = 0; t < MT; t++)
+        for (int e = threadIdx.x; e < kn; e += blockDim.x) xs[t * KC + plane_slot(e, KC)] = t < np ? a.x[xoff[t] + xcol + e] : 0.0f;
+}
+
+// Weight steps in flight per warp (four for FP4 with few positions: 64 bytes per lane, as the
+// other formats' two steps), and the blocks per SM the registers must allow (ptxas -v: no
+// spills except at MT 8, a few dozen bytes).
+template <int KIND, int MT> struct tune_of {
+    static const int steps = MT <= 2 && KIND == KW_FP4 ? 4 : 2;
+    static const int blocks = MT == 1 && (KIND == KW_FP8 || KIND == KW_FP4) ? 3 : 2;
+};
+
 // Block b handles the groups of MM_WARPS * MM_RW outputs b, b + gridDim.x, ... (one group when
-// the reduction is split), so that the staged activations serve many weight rows.
+// the reduction is split), so that the staged activations serve many weight rows. KC: staged
+// columns per position (a multiple of 16).
 template <int KIND, int MT>
-__global__ void __launch_bounds__(MM_WARPS * 32) mm_simt_kernel(mm_args_t a) {
+__global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm_simt_kernel(mm_args_t a, int KC) {
     extern __shared__ __align__(16) float xs[]; // [MT][KC]
-    const int KC = MM_STAGE / MT, GROUP = MM_WARPS * MM_RW;
+    __shared__ int64_t xoff[MT];                // element offset of each staged position's row
+    const int GROUP = MM_WARPS * MM_RW, STEPS = tune_of<KIND, MT>::steps;
     int64_t pb, pe;
     kw_t w;
     if (!block_group(a, blockIdx.z, &pb, &pe, &w)) return;
@@ -103,9 +140,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_simt_kernel(mm_args_t a) {
     const bool quant = KIND == KW_FP8 || KIND == KW_FP4;
     for (int64_t p0 = pb; p0 < pe; p0 += MT) {
         int np = (int)min((int64_t)MT, pe - p0);
-        int64_t staged = -1; /* the chunk in shared memory */
+        __syncthreads(); /* the previous pass is done with xoff and xs */
+        if (threadIdx.x < MT) {
+            int64_t p = p0 + threadIdx.x;
+            xoff[threadIdx.x] = threadIdx.x < np ? (a.x_rows ? a.x_rows[p] : p) * a.ldx : 0;
+        }
+        int64_t staged = -1; /* x column of the chunk in shared memory */
         for (int64_t g = blockIdx.x; g * GROUP < a.n; g += gridDim.x) {
             int64_t o0 = g * GROUP + warp * MM_RW;
+            int64_t xg = a.x_group_n ? (g * GROUP / a.x_group_n) * a.k : 0; /* block-diagonal: this group's x columns */
             const uint8_t *rs[MM_RW];
             int64_t wr[MM_RW];
 #pragma unroll
@@ -120,28 +163,23 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_simt_kernel(mm_args_t a) {
                 for (int t = 0; t < MT; t++) acc[j][t] = 0.0f;
             for (int64_t kc = k_lo; kc < k_hi; kc += KC) {
                 int kn = (int)min((int64_t)KC, k_hi - kc);
-                if (kc != staged) {
+                if (xg + kc != staged) {
                     __syncthreads();
-                    for (int t = 0; t < MT; t++) {
-                        int64_t p = p0 + t, xr = t < np ? (a.x_rows ? a.x_rows[p] : p) : 0;
-                        for (int e = threadIdx.x; e < kn; e += blockDim.x)
-                            xs[t * KC + plane_slot(e, KC)] = t < np ? a.x[xr * a.ldx + kc + e] : 0.0f;
-                    }
+                    stage_x<MT>(xs, KC, a, xoff, np, xg + kc, kn);
                     __syncthreads();
-                    staged = kc;
+                    staged = xg + kc;
                 }
-                for (int kk = lane * MM_LANE; kk < kn; kk += 2 * MM_STEP) {
-                    bool two = kk + MM_STEP < kn;
-                    raw16<KIND> raw[2][MM_RW];
+                for (int kk = lane * MM_LANE; kk < kn; kk += STEPS * MM_STEP) {
+                    raw16<KIND> raw[STEPS][MM_RW];
 #pragma unroll
-                    for (int j = 0; j < MM_RW; j++) {
-                        load16<KIND>(raw[0][j], w, w.data, wr[j], kc + kk);
-                        if (two) load16<KIND>(raw[1][j], w, w.data, wr[j], kc + kk + MM_STEP);
-                    }
+                    for (int u = 0; u < STEPS; u++)
+                        if (kk + u * MM_STEP < kn)
 #pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        if (u && !two) break;
+                            for (int j = 0; j < MM_RW; j++) load16<KIND>(raw[u][j], w, w.data, wr[j], kc + kk + u * MM_STEP);
+#pragma unroll
+                    for (int u = 0; u < STEPS; u++) {
                         int e = kk + u * MM_STEP;
+                        if (e >= kn) break;
                         float wv[MM_RW][16];
 #pragma unroll
                         for (int j = 0; j < MM_RW; j++)
@@ -200,38 +238,79 @@ __global__ void mm_plain_kernel(mm_args_t a) {
     }
 }
 
+// Staged columns per position: the whole reduction when it fits (so that a block's output
+// groups share one staging), else the most that keeps two blocks per SM.
+static int stage_cols(int mt, int64_t k) {
+    int most = mt == 1 ? 16384 : mt == 2 ? 8192 : mt == 4 ? 6144 : 3072;
+    return (int)min((int64_t)most, ceil_div(k, 16) * 16);
+}
+
+// Blocks along the outputs when yz blocks go along the other grid dimensions and `slots`
+// blocks fit the GPU at once: one full wave, or (more groups than slots) the count of at most
+// four per group whose last wave is fullest.
+static int64_t blocks_x(int64_t slots, int64_t yz, int64_t ngroups) {
+    int64_t best = 1;
+    if (slots >= yz) best = slots / yz;
+    else {
+        double eff = 0;
+        for (int64_t c = 1; c <= 4; c++) {
+            int64_t total = c * yz, waves = (total + slots - 1) / slots;
+            double e = (double)total / (double)(waves * slots);
+            if (e > eff + 1e-9) eff = e, best = c;
+        }
+    }
+    return min(best, ngroups);
+}
+
 template <int KIND, int MT>
-static cudaError_t launch(const mm_args_t *a, dim3 grid, cudaStream_t s) {
-    mm_simt_kernel<KIND, MT><<<grid, MM_WARPS * 32, MM_STAGE * sizeof(float), s>>>(*a);
+static cudaError_t launch(const mm_args_t *a, int64_t ngroups, unsigned ys, unsigned zs, cudaStream_t s) {
+    int kc = stage_cols(MT, a->splits > 1 ? a->split_k : a->k);
+    size_t smem = (size_t)MT * kc * sizeof(float);
+    static size_t raised = 48 << 10, occ_smem = 0;
+    static int occ = 1;
+    if (smem > raised) {
+        cudaError_t e = cudaFuncSetAttribute(mm_simt_kernel<KIND, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        raised = smem;
+    }
+    if (occ_smem != smem + 1) { /* blocks per SM at this stage size */
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, mm_simt_kernel<KIND, MT>, MM_WARPS * 32, smem);
+        if (e != cudaSuccess) return e;
+        occ = max(occ, 1), occ_smem = smem + 1;
+    }
+    /* experts: the grid counts every possible group, fewer have positions; at least four blocks each */
+    int64_t nx = a->splits > 1 ? ngroups : blocks_x((int64_t)occ * a->sms, (int64_t)ys * zs, ngroups);
+    if (a->wtab) nx = max(nx, min((int64_t)4, ngroups));
+    mm_simt_kernel<KIND, MT><<<dim3((unsigned)nx, ys, zs), MM_WARPS * 32, smem, s>>>(*a, kc);
     return DI_LAUNCHED();
 }
 
 template <int KIND>
-static cudaError_t launch_mt(const mm_args_t *a, int64_t most, dim3 grid, cudaStream_t s) {
-    if (most <= 1) return launch<KIND, 1>(a, grid, s);
-    if (most <= 2) return launch<KIND, 2>(a, grid, s);
-    if (most <= 4) return launch<KIND, 4>(a, grid, s);
-    return launch<KIND, 8>(a, grid, s);
+static cudaError_t launch_mt(const mm_args_t *a, int64_t most, int64_t ngroups, unsigned ys, unsigned zs, cudaStream_t s) {
+    if (most <= 1) return launch<KIND, 1>(a, ngroups, ys, zs, s);
+    if (most <= 2) return launch<KIND, 2>(a, ngroups, ys, zs, s);
+    if (most <= 4) return launch<KIND, 4>(a, ngroups, ys, zs, s);
+    return launch<KIND, 8>(a, ngroups, ys, zs, s);
 }
 
 extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
     if (a->n <= 0 || (a->wtab ? a->max_active : a->m) <= 0) return cudaSuccess;
     unsigned groups = a->wtab ? (unsigned)a->max_active : 1;
     if (!k_matmul_fast_ok(&a->w)) {
-        if (a->splits > 1) return cudaErrorInvalidValue;
+        if (a->splits > 1 || a->x_group_n) return cudaErrorInvalidValue;
         dim3 grid((unsigned)ceil_div(a->n, 128), a->wtab ? 16 : (unsigned)min(a->m, (int64_t)65535), groups);
         mm_plain_kernel<<<grid, 128, 0, s>>>(*a);
         return DI_LAUNCHED();
     }
+    if (a->x_group_n % (MM_WARPS * MM_RW)) return cudaErrorInvalidValue; /* an output group within one x block */
     unsigned ys = a->pos_chunk ? (unsigned)ceil_div(a->m, a->pos_chunk) : (unsigned)a->splits;
-    int64_t ngroups = ceil_div(a->n, MM_WARPS * MM_RW), most_blocks = a->splits > 1 ? ngroups : a->blocks_cap;
-    dim3 grid((unsigned)min(ngroups, most_blocks > 0 ? most_blocks : ngroups), ys, groups);
+    int64_t ngroups = ceil_div(a->n, MM_WARPS * MM_RW);
     /* positions a block takes per pass: what it can have, or for experts what one has on average */
     int64_t most = a->pos_chunk ? a->pos_chunk : a->wtab ? ceil_div(a->positions, a->max_active) : a->m;
     switch (a->w.kind) {
-    case KW_F32: return launch_mt<KW_F32>(a, most, grid, s);
-    case KW_BF16: return launch_mt<KW_BF16>(a, most, grid, s);
-    case KW_FP8: return launch_mt<KW_FP8>(a, most, grid, s);
-    default: return launch_mt<KW_FP4>(a, most, grid, s);
+    case KW_F32: return launch_mt<KW_F32>(a, most, ngroups, ys, groups, s);
+    case KW_BF16: return launch_mt<KW_BF16>(a, most, ngroups, ys, groups, s);
+    case KW_FP8: return launch_mt<KW_FP8>(a, most, ngroups, ys, groups, s);
+    default: return launch_mt<KW_FP4>(a, most, ngroups, ys, groups, s);
     }
 }

@@ -48,10 +48,10 @@ struct stage_t {
 };
 
 template <int KIND>
-__device__ __forceinline__ void stage_load(stage_t &st, const mm_args_t &a, const kw_t &w, const uint8_t *rs, int64_t xrow,
+__device__ __forceinline__ void stage_load(stage_t &st, const mm_args_t &a, const kw_t &w, const uint8_t *rs, int64_t xbase,
                                            bool xok, int64_t wrow, bool wok, int64_t k, bool x_vec) {
     if (xok) {
-        const float *xp = a.x + xrow * a.ldx + k;
+        const float *xp = a.x + xbase + k;
         if (x_vec) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(256) mm_tc_kernel(mm_args_t a, int x_vec) {
     int lr = tid >> 1, lh = (tid & 1) * 16;
     int64_t p = p0 + lr;
     bool xok = p < pe;
-    int64_t xrow = xok ? (a.x_rows ? a.x_rows[p] : p) : 0;
+    int64_t xcol = a.x_group_n ? (n0 / a.x_group_n) * a.k : 0; /* block-diagonal: this tile's x columns */
+    int64_t xbase = (xok ? (a.x_rows ? a.x_rows[p] : p) : 0) * a.ldx + xcol;
     int64_t o = n0 + lr;
     bool wok = o < a.n;
     int64_t wrow = a.row0 + (wok ? o : 0);
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(256) mm_tc_kernel(mm_args_t a, int x_vec) {
     int64_t nt = (k_hi - k_lo) / TC_BK;
     stage_t st;
     if (nt > 0) {
-        stage_load<KIND>(st, a, w, rs, xrow, xok, wrow, wok, k_lo + lh, x_vec);
+        stage_load<KIND>(st, a, w, rs, xbase, xok, wrow, wok, k_lo + lh, x_vec);
         __nv_bfloat16 *dst[3] = {&As[0][lr * TC_LDS + lh], &As[2][lr * TC_LDS + lh], &As[4][lr * TC_LDS + lh]};
         stage_store<KIND, TERMS>(st, dst, &Bs[0][lr * TC_LDS + lh]);
     }
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(256) mm_tc_kernel(mm_args_t a, int x_vec) {
     int wm0 = (warp >> 2) * 64, wn0 = (warp & 3) * 32;
     for (int64_t t = 0; t < nt; t++) {
         int cur = t & 1;
-        if (t + 1 < nt) stage_load<KIND>(st, a, w, rs, xrow, xok, wrow, wok, k_lo + (t + 1) * TC_BK + lh, x_vec);
+        if (t + 1 < nt) stage_load<KIND>(st, a, w, rs, xbase, xok, wrow, wok, k_lo + (t + 1) * TC_BK + lh, x_vec);
 #pragma unroll
         for (int ks = 0; ks < TC_BK; ks += 16) {
             uint32_t af[4][4], bf[2][4];
@@ -238,10 +239,9 @@ static cudaError_t launch_terms(const mm_args_t *a, dim3 grid, int x_vec, cudaSt
 }
 
 extern "C" cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s) {
-    if (!k_matmul_tc_ok(&a->w) || a->k % TC_BK || a->split_k % TC_BK) return cudaErrorInvalidValue;
+    if (!k_matmul_tc_ok(&a->w) || a->k % TC_BK || a->split_k % TC_BK || a->x_group_n % TC_BN) return cudaErrorInvalidValue;
     unsigned ytiles = a->wtab ? (unsigned)a->max_tiles : (unsigned)ceil_div(a->m, TC_BM);
     if (a->n <= 0 || ytiles == 0) return cudaSuccess;
     dim3 grid((unsigned)ceil_div(a->n, TC_BN), ytiles, (unsigned)a->splits);
-    int x_vec = (uintptr_t)a->x % 16 == 0 && a->ldx % 4 == 0;
-    return a->w.kind == KW_FP8 ? launch_terms<KW_FP8>(a, grid, x_vec, s) : launch_terms<KW_FP4>(a, grid, x_vec, s);
+    return a->w.kind == KW_FP8 ? launch_terms<KW_FP8>(a, grid, a->x_vec, s) : launch_terms<KW_FP4>(a, grid, a->x_vec, s);
 }

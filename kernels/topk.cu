@@ -14,16 +14,17 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 }
 
 __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t ldo, int K, const float *sc, int64_t lds,
-                                                          int64_t cap, int64_t pos0, int ratio, int block) {
+                                                          ix_args_t a, int block) {
     typedef cub::BlockScan<int, TK_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     __shared__ int hist[256];
     __shared__ uint32_t sh_prefix, sh_mask;
     __shared__ int sh_remaining, sh_count;
     int64_t r = blockIdx.x;
+    const ix_row_t rd = ix_row(a, r);
     const float *row = sc + r * lds;
-    int32_t *o = out + r * ldo;
-    int64_t n = min(cap, (pos0 + r + 1) / ratio);
+    int32_t *o = out + rd.row * ldo;
+    int64_t n = min(rd.nk, (rd.pos + 1) / a.ratio);
     if (block > 0) n = (n + block - 1) / block;
     int tid = threadIdx.x;
 
@@ -78,9 +79,9 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
     for (int64_t i = base + tid; i < K; i += TK_THREADS) o[i] = -1;
 }
 
-extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, int64_t m, int64_t cap,
-                              int64_t pos0, int ratio, int block, cudaStream_t s) {
-    if (m <= 0 || k <= 0) return cudaSuccess;
-    topk_kernel<<<(unsigned)m, TK_THREADS, 0, s>>>(out, ldo, k, sc, lds, cap, pos0, ratio, block);
+extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, const ix_args_t *a, int block,
+                              cudaStream_t s) {
+    if (a->m <= 0 || k <= 0) return cudaSuccess;
+    topk_kernel<<<(unsigned)a->m, TK_THREADS, 0, s>>>(out, ldo, k, sc, lds, *a, block);
     return DI_LAUNCHED();
 }

@@ -50,6 +50,16 @@ static inline bk_tensor_t bk_cols(bk_tensor_t t, int64_t c0, int64_t n) {
     return t;
 }
 
+/* A run of rows of one sequence for the ops that serve a whole batch in one call (the CUDA
+ * backend's one launch instead of one per sequence): rows [r0, r0 + n) of the op's row
+ * tensors, row r0 at position pos0. An op reads the fields its single-sequence form takes
+ * (attention: ring, win_lo, pool; indexer: keys) and leaves rows outside every span alone. */
+typedef struct {
+    int64_t r0, n, pos0;
+    bk_tensor_t ring, pool, keys;
+    int64_t win_lo;
+} bk_span_t;
+
 /* One routed or shared expert's three projections (MODEL_V41 §5.11). */
 typedef struct {
     bk_weight_t *w1, *w2, *w3; /* [I, D], [D, I], [I, D] */
@@ -67,6 +77,8 @@ struct backend {
     void (*upload)(backend_t *bk, bk_tensor_t dst, const void *host);
     void (*download)(backend_t *bk, void *host, bk_tensor_t src);
     void (*copy)(backend_t *bk, bk_tensor_t dst, bk_tensor_t src); /* same shape, no overlap */
+    /* copy(dst[i], src[i]) for i < n; no destination overlaps another copy's source or destination. */
+    void (*copy_many)(backend_t *bk, const bk_tensor_t *dst, const bk_tensor_t *src, int n);
     /* Binds a stored weight for the ops (the wmat_t's memory must outlive the binding). */
     bk_weight_t *(*bind)(backend_t *bk, const wmat_t *m);
     void (*unbind)(backend_t *bk, bk_weight_t *w);
@@ -75,12 +87,19 @@ struct backend {
     /* ---- dense algebra ---- */
     /* out[t][o] = sum_i x[t][i] * W[row0 + o][i], for out->cols rows of W from row0. */
     void (*matmul)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
+    /* Block-diagonal: x and out cut into `groups` equal column blocks; out block g = x block g
+     * times rows [g * n_g, (g + 1) * n_g) of W (n_g = out.cols / groups; W has x.cols / groups
+     * columns). Each group's numbers are matmul's on the same views. */
+    void (*matmul_grouped)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups);
     /* out = x / sqrt(mean(x^2) + eps) per row, times w (1 x cols) unless w is NULL. out may be x. */
     void (*rmsnorm)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
     /* In place: every head_dim-wide head of a row rotates its last 2*inv_freq->cols channels in
      * adjacent pairs by angle (pos0 + r*pos_step) * f_p (fp32); inverse rotates by minus that. */
     void (*rope)(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step,
                  bool inverse);
+    /* rope over the rows of each span at positions pos0 + k * pos_step (k < n). */
+    void (*rope_spans)(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans, int n_spans,
+                       int64_t pos_step, bool inverse);
     /* In place fake quantization of each row in blocks (qat.h). */
     void (*qat)(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
 
@@ -114,6 +133,10 @@ struct backend {
     void (*attention)(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
                       bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                       const bk_tensor_t *sel);
+    /* attention over each span's rows of out, q, kv_new (and sel): its ring, win_lo, pos0, and
+     * its pool when sel is given. */
+    void (*attention_spans)(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
+                            int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel);
     /* Indexer (§5.7) for query rows at pos0 + r over keys (n_keys x di): entry j is visible
      * when j < (pos + 1) / ratio; score I_j = sum_h relu(q_h . k_j) * q_scale * w[h] * w_scale.
      * blocks_in (m x KB, or NULL): only entries of those candidate blocks compete. blocks_out
@@ -123,6 +146,11 @@ struct backend {
     void (*indexer_topk)(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                          bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
                          float q_scale, float w_scale);
+
+    /* indexer_topk over each span's rows of sel, q, w (and blocks_out, blocks_in) against its keys at pos0. */
+    void (*indexer_spans)(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
+                          const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                          float q_scale, float w_scale);
 
     /* ---- mixture of experts (§5.11) ---- */
     /* s = sqrt(softplus(logits / temp)); idx = top-k of s + bias (ties: lower index);

@@ -68,6 +68,10 @@ static void cpu_copy(backend_t *bk, bk_tensor_t dst, bk_tensor_t src) {
         memcpy((char *)dst.ptr + (size_t)(r * dst.ld) * 4, (const char *)src.ptr + (size_t)(r * src.ld) * 4, (size_t)dst.cols * 4);
 }
 
+static void cpu_copy_many(backend_t *bk, const bk_tensor_t *dst, const bk_tensor_t *src, int n) {
+    for (int i = 0; i < n; i++) cpu_copy(bk, dst[i], src[i]);
+}
+
 static bk_weight_t *cpu_bind(backend_t *bk, const wmat_t *m) {
     (void)bk;
     bk_weight_t *w = xmalloc(sizeof *w);
@@ -148,6 +152,12 @@ static void cpu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv
                      bool inverse) {
     rope_args_t a = {cpu_of(bk), x, inv_freq, head_dim, pos0, pos_step, inverse};
     for_rows(bk, x.rows, 2 * x.cols, rope_row, &a);
+}
+
+static void cpu_rope_spans(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans, int n_spans,
+                           int64_t pos_step, bool inverse) {
+    for (int i = 0; i < n_spans; i++)
+        cpu_rope(bk, bk_rows(x, spans[i].r0, spans[i].n), head_dim, inv_freq, spans[i].pos0, pos_step, inverse);
 }
 
 /* ---- qat -------------------------------------------------------------------------------- */
@@ -352,11 +362,12 @@ backend_t *backend_cpu_create(int threads) {
     *bk = (backend_t){
         .name = "cpu", .impl = c,
         .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_upload, .download = cpu_download,
-        .copy = cpu_copy, .bind = cpu_bind, .unbind = cpu_unbind, .destroy = cpu_destroy,
-        .matmul = cpu_matmul_op, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .qat = cpu_qat,
+        .copy = cpu_copy, .copy_many = cpu_copy_many, .bind = cpu_bind, .unbind = cpu_unbind, .destroy = cpu_destroy,
+        .matmul = cpu_matmul_op, .matmul_grouped = cpu_matmul_grouped, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .rope_spans = cpu_rope_spans, .qat = cpu_qat,
         .hc_mix = cpu_hc_mix, .hc_collapse = cpu_hc_collapse, .hc_expand = cpu_hc_expand, .hc_fill = cpu_hc_fill,
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,
-        .group_pool = cpu_group_pool, .attention = cpu_attention, .indexer_topk = cpu_indexer_topk,
+        .group_pool = cpu_group_pool, .attention = cpu_attention, .attention_spans = cpu_attention_spans,
+        .indexer_topk = cpu_indexer_topk, .indexer_spans = cpu_indexer_spans,
         .router = cpu_router, .moe = cpu_moe,
     };
     return bk;

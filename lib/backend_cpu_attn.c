@@ -64,6 +64,16 @@ void cpu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t si
     tp_for(j.c->tp, q.rows * j.heads, cpu_grain(2 * keys * kv_new.cols), attn_tasks, &j);
 }
 
+void cpu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
+                         int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
+    for (int i = 0; i < n_spans; i++) {
+        const bk_span_t *s = &spans[i];
+        bk_tensor_t rsel = sel ? bk_rows(*sel, s->r0, s->n) : (bk_tensor_t){0};
+        cpu_attention(bk, bk_rows(out, s->r0, s->n), bk_rows(q, s->r0, s->n), sink, scale, s->ring, bk_rows(kv_new, s->r0, s->n),
+                      s->pos0, window, s->win_lo, sel ? &s->pool : NULL, sel ? &rsel : NULL);
+    }
+}
+
 /* ---- top-k with ties to the lower index ------------------------------------------------ */
 typedef struct {
     float s;
@@ -178,4 +188,16 @@ void cpu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
     idx_job_t j = {cpu_of(bk), sel, q, w, keys, blocks_out, blocks_in, pos0, ratio, block_size, q_scale, w_scale};
     int64_t visible = keys.rows < (pos0 + sel.rows) / ratio ? keys.rows : (pos0 + sel.rows) / ratio;
     tp_for(j.c->tp, sel.rows, cpu_grain(visible * q.cols + 1), idx_rows, &j);
+}
+
+void cpu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
+                       const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                       float q_scale, float w_scale) {
+    for (int i = 0; i < n_spans; i++) {
+        const bk_span_t *s = &spans[i];
+        bk_tensor_t bo = blocks_out ? bk_rows(*blocks_out, s->r0, s->n) : (bk_tensor_t){0};
+        bk_tensor_t bi = blocks_in ? bk_rows(*blocks_in, s->r0, s->n) : (bk_tensor_t){0};
+        cpu_indexer_topk(bk, bk_rows(sel, s->r0, s->n), blocks_out ? &bo : NULL, bk_rows(q, s->r0, s->n), bk_rows(w, s->r0, s->n),
+                         s->keys, s->pos0, ratio, blocks_in ? &bi : NULL, block_size, q_scale, w_scale);
+    }
 }

@@ -2,6 +2,7 @@
  * scratch and dotted with every input row; each output is one fixed-order dot product, so the
  * result does not depend on tiling, batching or threads. */
 #include "backend_cpu_internal.h"
+#include "util.h"
 
 #include <string.h>
 
@@ -103,6 +104,14 @@ void cpu_matmul(cpu_t *c, float *out, int64_t ldo, const float *x, int64_t ldx, 
 
 void cpu_matmul_op(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0) {
     cpu_matmul(cpu_of(bk), out.ptr, out.ld, x.ptr, x.ld, x.rows, &w->m, row0, out.cols);
+}
+
+void cpu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups) {
+    int64_t ng = groups > 0 ? out.cols / groups : 0, kg = groups > 0 ? x.cols / groups : 0;
+    if (groups <= 0 || ng * groups != out.cols || kg * groups != x.cols || kg != w->m.cols || ng * groups > w->m.rows)
+        die("CPU backend: grouped matmul of %lld -> %lld columns in %d groups against a %lld x %lld weight",
+            (long long)x.cols, (long long)out.cols, groups, (long long)w->m.rows, (long long)w->m.cols);
+    for (int g = 0; g < groups; g++) cpu_matmul_op(bk, bk_cols(out, g * ng, ng), bk_cols(x, g * kg, kg), w, g * ng);
 }
 
 typedef struct {

@@ -5,6 +5,8 @@
 #include "backend_cuda_internal.h"
 #include "util.h"
 
+#include <cuda_profiler_api.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,7 @@ void cu_check(cudaError_t e, const char *what, const char *file, int line) {
 
 /* ---- caching allocator ------------------------------------------------------------------ */
 #define STAGE_BYTES ((size_t)256 << 20) /* page-locked, allocated by the first capture */
+#define RING_BYTES ((size_t)16 << 20)   /* page-locked, allocated by the first upload */
 
 static size_t round_size(size_t n) { return (n + 511) & ~(size_t)511; }
 
@@ -109,6 +112,9 @@ void backend_cuda_profile(backend_t *bk, bool on) {
     cuda_t *c = cu_of(bk);
     prof_collect(c);
     c->prof = on;
+    /* the profiled steps are also what an external profiler started with its collection off
+     * (ncu --profile-from-start off) sees */
+    CU(on ? cudaProfilerStart() : cudaProfilerStop());
 }
 
 static int by_time(const void *a, const void *b) {
@@ -151,6 +157,37 @@ static void *stage_take(cuda_t *c, size_t bytes) {
     return c->stage + off;
 }
 
+/* Page-locked memory holding a copy of host data for an upload enqueued now: the capture's
+ * staging area, or the ring outside a capture (the stream is drained before the ring wraps),
+ * so that uploads are asynchronous. Larger uploads copy from the host memory itself. */
+static const void *pinned_copy(cuda_t *c, const void *host, size_t bytes) {
+    if (c->capturing) {
+        void *s = stage_take(c, bytes);
+        memcpy(s, host, bytes);
+        return s;
+    }
+    if (bytes > RING_BYTES / 4) return host;
+    if (!c->ring) {
+        void *ring;
+        CU(cudaHostAlloc(&ring, RING_BYTES, cudaHostAllocDefault));
+        c->ring = ring;
+    }
+    size_t off = (c->ring_used + 255) & ~(size_t)255;
+    if (off + bytes > RING_BYTES) {
+        CU(cudaStreamSynchronize(c->stream));
+        off = 0;
+    }
+    c->ring_used = off + bytes;
+    memcpy(c->ring + off, host, bytes);
+    return c->ring + off;
+}
+
+void *cu_upload_table(cuda_t *c, const void *host, size_t bytes) {
+    void *d = cu_scratch(c, bytes);
+    if (bytes) CU(cudaMemcpyAsync(d, pinned_copy(c, host, bytes), bytes, cudaMemcpyHostToDevice, c->stream));
+    return d;
+}
+
 /* Host <-> device in 1-D copies (one per row unless the rows are contiguous): graph replays
  * can update 1-D memcpy nodes in place, not 2-D ones. */
 static void memcpy_rows(cuda_t *c, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows, int64_t cols,
@@ -168,12 +205,9 @@ static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
     cuda_t *c = cu_of(bk);
     size_t row = (size_t)dst.cols * 4;
     if (!dst.rows || !row) return;
-    if (c->capturing) { /* the graph copies from page-locked memory that outlives the call */
-        void *s = stage_take(c, row * (size_t)dst.rows);
-        memcpy(s, host, row * (size_t)dst.rows);
-        host = s;
-    }
-    memcpy_rows(c, dst.ptr, dst.ld, host, dst.cols, dst.rows, dst.cols, cudaMemcpyHostToDevice);
+    /* in a capture, the graph copies from page-locked memory that outlives the call */
+    memcpy_rows(c, dst.ptr, dst.ld, pinned_copy(c, host, row * (size_t)dst.rows), dst.cols, dst.rows, dst.cols,
+                cudaMemcpyHostToDevice);
 }
 
 static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
@@ -192,6 +226,7 @@ static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
     }
     memcpy_rows(c, host, src.cols, src.ptr, src.ld, src.rows, src.cols, cudaMemcpyDeviceToHost);
     CU(cudaStreamSynchronize(c->stream));
+    c->ring_used = 0; /* every upload so far has been done */
 }
 
 static void cuda_copy(backend_t *bk, bk_tensor_t dst, bk_tensor_t src) {
@@ -199,6 +234,34 @@ static void cuda_copy(backend_t *bk, bk_tensor_t dst, bk_tensor_t src) {
     cu_prof_begin(c, "copy");
     CU(k_copy(dst.ptr, dst.ld, src.ptr, src.ld, dst.rows, dst.cols, c->stream));
     cu_prof_end(c);
+}
+
+/* One launch over a device table of the copies. */
+static void cuda_copy_many(backend_t *bk, const bk_tensor_t *dst, const bk_tensor_t *src, int n) {
+    cuda_t *c = cu_of(bk);
+    if (n == 1) {
+        cuda_copy(bk, dst[0], src[0]);
+        return;
+    }
+    copy_desc_t *d = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    int k = 0;
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        if (dst[i].rows != src[i].rows || dst[i].cols != src[i].cols)
+            die("CUDA backend: copy of %lld x %lld into %lld x %lld", (long long)src[i].rows, (long long)src[i].cols,
+                (long long)dst[i].rows, (long long)dst[i].cols);
+        if (dst[i].rows * dst[i].cols == 0) continue;
+        d[k++] = (copy_desc_t){dst[i].ptr, src[i].ptr, dst[i].ld, src[i].ld, dst[i].rows, dst[i].cols};
+        if (dst[i].rows * dst[i].cols > most) most = dst[i].rows * dst[i].cols;
+    }
+    if (k) {
+        copy_desc_t *dd = cu_upload_table(c, d, (size_t)k * sizeof *d);
+        cu_prof_begin(c, "copy");
+        CU(k_copy_many(dd, k, most, c->stream));
+        cu_prof_end(c);
+        cu_release_scratch(c, dd);
+    }
+    free(d);
 }
 
 void backend_cuda_sync(backend_t *bk) { CU(cudaStreamSynchronize(cu_of(bk)->stream)); }
@@ -353,6 +416,7 @@ void backend_cuda_graph_end(backend_t *bk) {
     }
     CU(cudaGraphLaunch(use, c->stream));
     CU(cudaStreamSynchronize(c->stream));
+    c->ring_used = 0;
     CU(cudaGraphDestroy(g));
     c->last = use;
     for (size_t i = 0; i < c->n_pending; i++) memcpy(c->pending[i].host, c->stage + c->pending[i].off, c->pending[i].bytes);
@@ -409,6 +473,7 @@ static void cuda_destroy(backend_t *bk) {
     free(c->expert_tabs);
     free(c->pending);
     if (c->stage) CU(cudaFreeHost(c->stage));
+    if (c->ring) CU(cudaFreeHost(c->ring));
     CU(cudaFree(c->counters));
     CU(cudaStreamDestroy(c->stream));
     free(c);
@@ -462,11 +527,12 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
     *bk = (backend_t){
         .name = "cuda", .impl = c,
         .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
-        .copy = cuda_copy, .bind = cuda_bind, .unbind = cuda_unbind, .destroy = cuda_destroy,
-        .matmul = cu_matmul, .rmsnorm = cu_rmsnorm, .rope = cu_rope, .qat = cu_qat,
+        .copy = cuda_copy, .copy_many = cuda_copy_many, .bind = cuda_bind, .unbind = cuda_unbind, .destroy = cuda_destroy,
+        .matmul = cu_matmul, .matmul_grouped = cu_matmul_grouped, .rmsnorm = cu_rmsnorm, .rope = cu_rope, .rope_spans = cu_rope_spans, .qat = cu_qat,
         .hc_mix = cu_hc_mix, .hc_collapse = cu_hc_collapse, .hc_expand = cu_hc_expand, .hc_fill = cu_hc_fill,
         .gather = cu_gather, .engram_gate = cu_engram_gate,
-        .group_pool = cu_group_pool, .attention = cu_attention, .indexer_topk = cu_indexer_topk,
+        .group_pool = cu_group_pool, .attention = cu_attention, .attention_spans = cu_attention_spans,
+        .indexer_topk = cu_indexer_topk, .indexer_spans = cu_indexer_spans,
         .router = cu_router, .moe = cu_moe,
     };
     return bk;

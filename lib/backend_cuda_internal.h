@@ -60,6 +60,8 @@ typedef struct {
     bool capturing;
     uint8_t *stage; /* page-locked staging for uploads and downloads inside a capture */
     size_t stage_cap, stage_used;
+    uint8_t *ring;  /* page-locked staging for uploads outside a capture, reused after a sync */
+    size_t ring_used;
     cu_pending_t *pending;
     size_t n_pending, cap_pending;
     cudaGraphExec_t execs[4], last;
@@ -90,16 +92,22 @@ void cu_check(cudaError_t e, const char *what, const char *file, int line);
 void *cu_scratch(cuda_t *c, size_t bytes);
 void cu_release_scratch(cuda_t *c, void *p);
 
+/* A device copy of a small host table (scratch: release it once its users are enqueued). */
+void *cu_upload_table(cuda_t *c, const void *host, size_t bytes);
+
 /* Profiling marks around an op (no-ops unless profiling). */
 void cu_prof_begin(cuda_t *c, const char *name);
 void cu_prof_end(cuda_t *c);
 
 /* Op entry points (filled into the backend table by backend_cuda.c). */
 void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
+void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups);
 void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
             int n_experts, const bk_expert_t *shared, float limit);
 void cu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
 void cu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step, bool inverse);
+void cu_rope_spans(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans, int n_spans,
+                   int64_t pos_step, bool inverse);
 void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters);
@@ -112,6 +120,11 @@ void cu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s,
 void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                   const bk_tensor_t *sel);
+void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
+                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel);
+void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
+                      const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                      float q_scale, float w_scale);
 void cu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                      bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size, float q_scale,
                      float w_scale);

@@ -1,5 +1,6 @@
 /* CUDA matmul and MoE. Path choice: FP8/FP4 weights against more than 32 positions (grouped:
- * 32 per expert on average) run on the tensor cores (bf16 operands, backend_cuda.h's precision);
+ * 32 per expert on average) run on the tensor cores (bf16 operands, backend_cuda.h's precision),
+ * experts with fewer on the tensor cores in passes of 8 positions;
  * everything else (decode, and the F32/BF16 weights the model computes in fp32) on the CUDA
  * cores in fp32, memory-bound. Short outputs with few positions cut the
  * reduction across blocks (split-K: the last block of a tile adds the partial sums in a fixed
@@ -26,13 +27,20 @@ static bool use_tc(const cuda_t *c, const mm_args_t *a) {
     return c->precision != CUDA_FP32 && enough && a->k % 32 == 0 && k_matmul_tc_ok(&a->w);
 }
 
+/* Experts with fewer positions (decode): the tensor cores in passes of 8 positions, at every
+ * batch size, so that a sequence's numbers do not depend on what it is batched with. */
+static bool use_tcs(const cuda_t *c, const mm_args_t *a) {
+    return a->wtab && !use_tc(c, a) && c->precision != CUDA_FP32 && a->k % 32 == 0 && k_matmul_tcs_ok(&a->w);
+}
+
 /* Picks the path and the split of a dense or grouped matmul, launches it. profile: mark it. */
 static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
-    bool grouped = a->wtab != NULL, tc = use_tc(c, a);
+    bool grouped = a->wtab != NULL, tc = use_tc(c, a), tcs = use_tcs(c, a);
     a->act_terms = c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1;
     bool fast = tc || k_matmul_fast_ok(&a->w);
     a->splits = 1, a->split_k = a->k, a->partial = NULL, a->pos_chunk = 0;
-    a->blocks_cap = grouped ? 0 : 4 * c->sms; /* dense: blocks loop over output groups, reusing staged activations */
+    a->sms = c->sms;
+    a->x_vec = (uintptr_t)a->x % 16 == 0 && a->ldx % 4 == 0 && (!a->x_group_n || a->k % 4 == 0);
     if (!grouped && fast) {
         int64_t blocks = tc ? cdiv(a->n, 128) * cdiv(a->m, 128) : cdiv(a->n, 16);
         if (!tc && a->m > 32) a->pos_chunk = 32;
@@ -45,7 +53,7 @@ static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
     }
     if (a->splits > 1) a->partial = cu_scratch(c, (size_t)(a->splits * a->positions * a->n) * 4), a->counters = c->counters;
     if (profile) cu_prof_begin(c, mm_name(a->w.kind, tc));
-    CU(tc ? k_matmul_tc(a, c->stream) : k_matmul_simt(a, c->stream));
+    CU(tc ? k_matmul_tc(a, c->stream) : tcs ? k_matmul_tcs(a, c->stream) : k_matmul_simt(a, c->stream));
     if (profile) cu_prof_end(c);
     if (a->partial) cu_release_scratch(c, a->partial);
 }
@@ -62,6 +70,25 @@ void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t 
     if (x.cols != w->w.cols) die("CUDA backend: matmul of %lld columns against a weight of %lld", (long long)x.cols,
                                  (long long)w->w.cols);
     dense(cu_of(bk), out.ptr, out.ld, x.ptr, x.ld, x.rows, w, row0, out.cols, true);
+}
+
+/* One launch when every output tile lies in one group (16 outputs on the CUDA cores, 128 on
+ * the tensor cores), else one matmul per group. */
+void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups) {
+    cuda_t *c = cu_of(bk);
+    int64_t ng = groups > 0 ? out.cols / groups : 0, kg = groups > 0 ? x.cols / groups : 0;
+    if (groups <= 0 || ng * groups != out.cols || kg * groups != x.cols || kg != w->w.cols || ng * groups > w->w.rows)
+        die("CUDA backend: grouped matmul of %lld -> %lld columns in %d groups against a %lld x %lld weight",
+            (long long)x.cols, (long long)out.cols, groups, (long long)w->w.rows, (long long)w->w.cols);
+    if (x.rows <= 0 || ng <= 0) return;
+    mm_args_t a = {.m = x.rows, .n = out.cols, .k = kg, .x = x.ptr, .ldx = x.ld, .out = out.ptr, .ldo = out.ld, .w = w->w,
+                   .positions = x.rows, .x_group_n = ng};
+    if (use_tc(c, &a) ? ng % 128 == 0 : k_matmul_fast_ok(&w->w) && ng % 16 == 0) {
+        mm_run(c, &a, true);
+        return;
+    }
+    for (int g = 0; g < groups; g++)
+        dense(c, (float *)out.ptr + g * ng, out.ld, (const float *)x.ptr + g * kg, x.ld, x.rows, w, g * ng, ng, true);
 }
 
 /* ---- experts ---------------------------------------------------------------------------- */
@@ -134,7 +161,8 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     mm_args_t a = {.m = m, .n = I, .k = D, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = tab->host[0],
                    .wtab = tab->dev, .offsets = offsets, .x_rows = x_rows, .active = active, .tiles = tl, .counts = counts,
                    .max_active = groups, .max_tiles = tiles, .positions = P};
-    cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : "moe experts (cuda cores)");
+    cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : use_tcs(c, &a) ? "moe experts (tensor cores, 8 a pass)"
+                                                                                  : "moe experts (cuda cores)");
     mm_run(c, &a, false); /* w1 */
     a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u;
     mm_run(c, &a, false); /* w3 */

@@ -3,6 +3,8 @@
 #include "backend_cuda_internal.h"
 #include "util.h"
 
+#include <stdlib.h>
+
 #define OP(name, launch)              \
     do {                              \
         cu_prof_begin(c, name);       \
@@ -20,8 +22,39 @@ void cu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t
 
 void cu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step, bool inverse) {
     cuda_t *c = cu_of(bk);
-    OP("rope", k_rope(F(x), x.ld, x.rows, x.cols, head_dim, F(inv_freq), (int)inv_freq.cols, pos0, pos_step, inverse,
+    OP("rope", k_rope(F(x), x.ld, x.rows, x.cols, head_dim, F(inv_freq), (int)inv_freq.cols, pos0, pos_step, NULL, inverse,
                       c->stream));
+}
+
+/* Dies unless every span's rows lie in [0, rows); returns the rows of all spans. */
+static int64_t span_rows(const bk_span_t *spans, int n_spans, int64_t rows, const char *op) {
+    int64_t total = 0;
+    for (int i = 0; i < n_spans; i++) {
+        if (spans[i].r0 < 0 || spans[i].n < 0 || spans[i].r0 + spans[i].n > rows)
+            die("CUDA backend: %s span of rows %lld..%lld outside %lld rows", op, (long long)spans[i].r0,
+                (long long)(spans[i].r0 + spans[i].n), (long long)rows);
+        total += spans[i].n;
+    }
+    return total;
+}
+
+/* One launch over a device list of (row, position) pairs. */
+void cu_rope_spans(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans, int n_spans,
+                   int64_t pos_step, bool inverse) {
+    cuda_t *c = cu_of(bk);
+    int64_t m = span_rows(spans, n_spans, x.rows, "rope"), k = 0;
+    if (n_spans == 1) {
+        cu_rope(bk, bk_rows(x, spans[0].r0, spans[0].n), head_dim, inv_freq, spans[0].pos0, pos_step, inverse);
+        return;
+    }
+    if (m == 0) return;
+    int64_t *rp = xmalloc((size_t)(2 * m) * sizeof *rp);
+    for (int i = 0; i < n_spans; i++)
+        for (int64_t r = 0; r < spans[i].n; r++) rp[2 * k] = spans[i].r0 + r, rp[2 * k + 1] = spans[i].pos0 + r * pos_step, k++;
+    int64_t *d = cu_upload_table(c, rp, (size_t)(2 * m) * sizeof *rp);
+    OP("rope", k_rope(F(x), x.ld, m, x.cols, head_dim, F(inv_freq), (int)inv_freq.cols, 0, 0, d, inverse, c->stream));
+    cu_release_scratch(c, d);
+    free(rp);
 }
 
 void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block) {
@@ -70,26 +103,54 @@ void cu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s,
     OP("group_pool", k_group_pool(F(out), out.ld, F(z), z.ld, F(s), s.ld, out.rows, out.cols, ratio, c->stream));
 }
 
-void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
-                  bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
-                  const bk_tensor_t *sel) {
+static bool vec_ok(const void *p, int64_t ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
+
+/* One launch for every span: the one span's rows through the scalar fields, several through a
+ * device table of rows. */
+void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
+                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
     cuda_t *c = cu_of(bk);
     int d = (int)kv_new.cols;
     if (d > 512) die("CUDA backend: attention head_dim %d > 512", d);
+    int64_t m = span_rows(spans, n_spans, q.rows, "attention");
+    if (m == 0) return;
     attn_args_t a = {
-        .out = F(out), .ldo = out.ld, .q = F(q), .ldq = q.ld, .sink = F(sink), .scale = scale,
-        .ring = F(ring), .ld_ring = ring.ld, .ring_rows = ring.rows, .kv_new = F(kv_new), .ld_kv = kv_new.ld,
-        .pos0 = pos0, .win_lo = win_lo, .window = window,
-        .pool = pool ? F(*pool) : NULL, .ld_pool = pool ? pool->ld : 0, .pool_rows = pool ? pool->rows : 0,
-        .sel = sel ? I(*sel) : NULL, .ld_sel = sel ? sel->ld : 0, .n_sel = sel ? sel->cols : 0,
-        .m = q.rows, .heads = (int)(q.cols / d), .d = d, .splits = 1,
+        .out = F(out), .ldo = out.ld, .q = F(q), .ldq = q.ld, .sink = F(sink), .scale = scale, .ld_kv = kv_new.ld,
+        .window = window, .sel = sel ? I(*sel) : NULL, .ld_sel = sel ? sel->ld : 0, .n_sel = sel ? sel->cols : 0,
+        .m = m, .heads = (int)(q.cols / d), .d = d, .splits = 1,
     };
+    a.vec = d % 4 == 0 && vec_ok(q.ptr, q.ld) && vec_ok(kv_new.ptr, kv_new.ld);
+    attn_row_t *rows = NULL;
+    if (n_spans == 1) { /* rows 0.. of views at the span */
+        const bk_span_t *s = &spans[0];
+        a.out += s->r0 * out.ld, a.q += s->r0 * q.ld, a.kv_new = F(kv_new) + s->r0 * kv_new.ld;
+        if (a.sel) a.sel += s->r0 * sel->ld;
+        a.ring = F(s->ring), a.ld_ring = s->ring.ld, a.ring_rows = s->ring.rows, a.pos0 = s->pos0, a.win_lo = s->win_lo;
+        if (sel) a.pool = F(s->pool), a.ld_pool = s->pool.ld, a.pool_rows = s->pool.rows;
+        a.vec = a.vec && vec_ok(s->ring.ptr, s->ring.ld) && (!sel || vec_ok(s->pool.ptr, s->pool.ld));
+    } else {
+        rows = xmalloc((size_t)m * sizeof *rows);
+        int64_t k = 0;
+        for (int i = 0; i < n_spans; i++) {
+            const bk_span_t *s = &spans[i];
+            a.vec = a.vec && vec_ok(s->ring.ptr, s->ring.ld) && (!sel || vec_ok(s->pool.ptr, s->pool.ld));
+            for (int64_t r = 0; r < s->n; r++)
+                rows[k++] = (attn_row_t){F(s->ring), s->ring.ld, s->ring.rows, F(kv_new) + s->r0 * kv_new.ld, s->pos0, s->win_lo,
+                                         sel ? F(s->pool) : NULL, sel ? s->pool.ld : 0, sel ? s->pool.rows : 0, s->r0 + r,
+                                         s->pos0 + r};
+        }
+        a.rows = cu_upload_table(c, rows, (size_t)m * sizeof *rows);
+    }
     /* few query rows: cut each row's keys into ranges (of 32 or more) so that about four blocks
-     * per SM run */
-    int64_t blocks = a.m * ((a.heads + 15) / 16), keys = window + a.n_sel;
+     * per SM run; counted for the longest span alone, so that a decode row is cut the same
+     * way whatever it is batched with (its numbers do not change) */
+    int64_t span_max = 1;
+    for (int i = 0; i < n_spans; i++) span_max = spans[i].n > span_max ? spans[i].n : span_max;
+    int64_t blocks = span_max * ((a.heads + 15) / 16), keys = window + a.n_sel;
     int64_t want = (4 * c->sms + blocks - 1) / blocks, most = (keys + 31) / 32;
     a.splits = (int)(want < most ? want : most);
     if (a.splits < 1) a.splits = 1;
+    if (a.splits > 256) a.splits = 256; /* the merge kernel's limit */
     void *po = NULL, *pml = NULL;
     if (a.splits > 1) {
         po = cu_scratch(c, (size_t)(a.splits * a.m * a.heads * d) * 4);
@@ -98,28 +159,75 @@ void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sin
     }
     OP("attention", k_attention(&a, c->stream));
     if (po) cu_release_scratch(c, po), cu_release_scratch(c, pml);
+    if (rows) cu_release_scratch(c, (void *)a.rows);
+    free(rows);
+}
+
+void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
+                  bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                  const bk_tensor_t *sel) {
+    bk_span_t s = {.r0 = 0, .n = q.rows, .pos0 = pos0, .ring = ring, .pool = pool ? *pool : (bk_tensor_t){0}, .win_lo = win_lo};
+    cu_attention_spans(bk, out, q, sink, scale, kv_new, window, &s, 1, pool ? sel : NULL);
+}
+
+/* One launch per kernel for every span (scores, block scores, mask, top-k), as attention. */
+void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
+                      const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                      float q_scale, float w_scale) {
+    cuda_t *c = cu_of(bk);
+    int64_t m = span_rows(spans, n_spans, sel.rows, "indexer"), nk_max = 0, heads = w.cols;
+    if (m == 0) return;
+    if (ratio <= 0) die("CUDA backend: indexer ratio %d", ratio);
+    int64_t di = spans[0].keys.cols;
+    ix_args_t a = {.q = F(q), .w = F(w), .ldq = q.ld, .ldw = w.ld, .m = m, .heads = (int)heads, .di = (int)di, .ratio = ratio,
+                   .q_scale = q_scale, .w_scale = w_scale};
+    a.vec = di % 4 == 0 && vec_ok(q.ptr, q.ld);
+    for (int i = 0; i < n_spans; i++) {
+        if (spans[i].keys.cols != di || di * heads != q.cols) die("CUDA backend: indexer keys of %lld columns for queries of %lld",
+                                                                  (long long)spans[i].keys.cols, (long long)q.cols);
+        if (spans[i].n && spans[i].keys.rows > nk_max) nk_max = spans[i].keys.rows;
+        a.vec = a.vec && vec_ok(spans[i].keys.ptr, spans[i].keys.ld);
+    }
+    int64_t r0 = 0; /* one span: rows r0.. of the row tensors through the scalar fields */
+    ix_row_t *rows = NULL;
+    if (n_spans == 1) {
+        r0 = spans[0].r0;
+        a.q += r0 * q.ld, a.w += r0 * w.ld;
+        a.keys = F(spans[0].keys), a.ldk = spans[0].keys.ld, a.nk = spans[0].keys.rows, a.pos0 = spans[0].pos0;
+    } else {
+        rows = xmalloc((size_t)m * sizeof *rows);
+        int64_t k = 0;
+        for (int i = 0; i < n_spans; i++)
+            for (int64_t r = 0; r < spans[i].n; r++)
+                rows[k++] = (ix_row_t){F(spans[i].keys), spans[i].keys.ld, spans[i].keys.rows, spans[i].r0 + r, spans[i].pos0 + r};
+        a.rows = cu_upload_table(c, rows, (size_t)m * sizeof *rows);
+    }
+    a.nk_max = nk_max;
+    cu_prof_begin(c, "indexer");
+    a.scores = cu_scratch(c, (size_t)(m * (nk_max ? nk_max : 1)) * 4);
+    float *bs = NULL;
+    CU(k_indexer_score(&a, c->stream));
+    if (blocks_out) {
+        int64_t nb = (nk_max + block_size - 1) / block_size;
+        bs = cu_scratch(c, (size_t)(m * (nb ? nb : 1)) * 4);
+        CU(k_block_scores(bs, nb, &a, block_size, c->stream));
+        CU(k_topk(I(*blocks_out) + r0 * blocks_out->ld, blocks_out->ld, (int)blocks_out->cols, bs, nb, &a, block_size, c->stream));
+    }
+    if (blocks_in)
+        CU(k_mask_blocks(&a, I(*blocks_in) + r0 * blocks_in->ld, blocks_in->ld, blocks_in->cols, block_size, c->stream));
+    CU(k_topk(I(sel) + r0 * sel.ld, sel.ld, (int)sel.cols, a.scores, nk_max, &a, 0, c->stream));
+    cu_prof_end(c);
+    cu_release_scratch(c, a.scores);
+    if (bs) cu_release_scratch(c, bs);
+    if (rows) cu_release_scratch(c, (void *)a.rows);
+    free(rows);
 }
 
 void cu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                      bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size, float q_scale,
                      float w_scale) {
-    cuda_t *c = cu_of(bk);
-    int64_t m = sel.rows, nk = keys.rows, heads = w.cols, di = keys.cols;
-    cu_prof_begin(c, "indexer");
-    float *scores = cu_scratch(c, (size_t)(m * (nk ? nk : 1)) * 4), *bs = NULL;
-    CU(k_indexer_score(scores, F(q), q.ld, F(w), w.ld, F(keys), keys.ld, nk, m, (int)heads, (int)di, pos0, ratio, q_scale,
-                       w_scale, c->stream));
-    if (blocks_out) {
-        int64_t nb = (nk + block_size - 1) / block_size;
-        bs = cu_scratch(c, (size_t)(m * (nb ? nb : 1)) * 4);
-        CU(k_block_scores(bs, nb, scores, nk, m, pos0, ratio, block_size, c->stream));
-        CU(k_topk(I(*blocks_out), blocks_out->ld, (int)blocks_out->cols, bs, nb, m, nk, pos0, ratio, block_size, c->stream));
-    }
-    if (blocks_in) CU(k_mask_blocks(scores, nk, m, I(*blocks_in), blocks_in->ld, blocks_in->cols, block_size, c->stream));
-    CU(k_topk(I(sel), sel.ld, (int)sel.cols, scores, nk, m, nk, pos0, ratio, 0, c->stream));
-    cu_prof_end(c);
-    cu_release_scratch(c, scores);
-    if (bs) cu_release_scratch(c, bs);
+    bk_span_t s = {.r0 = 0, .n = sel.rows, .pos0 = pos0, .keys = keys};
+    cu_indexer_spans(bk, sel, blocks_out, q, w, &s, 1, ratio, blocks_in, block_size, q_scale, w_scale);
 }
 
 void cu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,

@@ -29,8 +29,8 @@ static void chunk_alloc(fwd_t *f) {
     A(iw, n, c->index_n_heads);
     A(cz, n, hd);
     A(cs, n, hd);
-    A(gz, n + maxr, hd);
-    A(gs, n + maxr, hd);
+    A(gz, n + f->n_pieces * maxr, hd); /* every piece's pending rows and new rows, in groups */
+    A(gs, n + f->n_pieces * maxr, hd);
     A(lat, n, hd);
     A(key, n, c->index_head_dim);
     A(ent, n, hd);

@@ -2,8 +2,10 @@
  * KV source (§5.6), the indexer of an index source (§5.7), sparse attention with sink over
  * the window and the selected pool entries, inverse RoPE, grouped output projection. */
 #include "forward_internal.h"
+#include "util.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void fwd_qat(fwd_t *f, int64_t k0, bk_tensor_t t, qat_kind_t kind, int block, bool lat) {
     /* adjacent pieces with QAT on form one run of rows */
@@ -23,10 +25,90 @@ void fwd_qat(fwd_t *f, int64_t k0, bk_tensor_t t, qat_kind_t kind, int block, bo
     }
 }
 
+/* Pieces [0, cut) and [cut, n_pieces) of a layer from row k0 are the waves whose per-sequence
+ * work may share one op call: a sequence appears once in a wave (under bounded replay its
+ * head piece's window and pending rows must be written before its tail piece reads them). */
+static int wave_cut(const fwd_t *f, int64_t k0) {
+    int cut = 0;
+    if (k0 == 0)
+        while (cut < f->n_pieces && f->pieces[cut].r0 < f->k0) cut++;
+    return cut;
+}
+
+/* A growing list of copies for one copy_many call. */
+typedef struct {
+    bk_tensor_t *dst, *src;
+    int n, cap;
+} copies_t;
+
+static void copies_add(copies_t *c, bk_tensor_t dst, bk_tensor_t src) {
+    if (!dst.rows) return;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->dst = xrealloc(c->dst, (size_t)c->cap * sizeof *c->dst);
+        c->src = xrealloc(c->src, (size_t)c->cap * sizeof *c->src);
+    }
+    c->dst[c->n] = dst, c->src[c->n++] = src;
+}
+
+/* Issues the list as one call and empties it. */
+static void copies_run(backend_t *bk, copies_t *c) {
+    if (c->n) bk->copy_many(bk, c->dst, c->src, c->n);
+    c->n = 0;
+}
+
+static void copies_free(copies_t *c) { free(c->dst), free(c->src); }
+
+/* Spans of the active pieces: their batch rows (lat: their compressor rows) at their
+ * positions (lat: of their first new entry's group, in steps of the ratio). */
+static int piece_spans(const fwd_t *f, int64_t k0, bool lat, int64_t ratio, bk_span_t *out) {
+    int n = 0;
+    for (int i = 0; i < f->n_pieces; i++) {
+        const fwd_piece_t *p = &f->pieces[i];
+        if (!fwd_piece_active(p, k0) || (lat && !p->g)) continue;
+        out[n++] = lat ? (bk_span_t){.r0 = p->lat0, .n = p->g, .pos0 = ratio * p->j0} : (bk_span_t){.r0 = p->r0, .n = p->n, .pos0 = p->p0};
+    }
+    return n;
+}
+
+/* Ratio-r grouping of one wave of pieces: each piece's pending rows and new rows
+ * (pend ++ chunk) give g complete groups, laid out one piece after another in gz/gs and pooled
+ * by one call into lat rows from *lb; the rest becomes the new pending rows. */
+static void group_wave(fwd_t *f, int L, int64_t k0, int a, int b, int64_t *lb, copies_t *cp) {
+    backend_t *bk = f->bk;
+    int64_t r = f->c->layers[L].ratio, base = 0, lat_a = *lb;
+    for (int i = a; i < b; i++) {
+        fwd_piece_t *p = &f->pieces[i];
+        if (!fwd_piece_active(p, k0)) continue;
+        seq_layer_t *sl = &p->st->layers[L];
+        int64_t np = sl->n_pend, g = (np + p->n) / r, used = g * r - np;
+        if (g) { /* pend ++ the first `used` rows of the chunk: the groups */
+            copies_add(cp, bk_rows(f->gz, base, np), bk_rows(sl->pend_z, 0, np));
+            copies_add(cp, bk_rows(f->gs, base, np), bk_rows(sl->pend_s, 0, np));
+            copies_add(cp, bk_rows(f->gz, base + np, used), bk_rows(f->cz, p->r0, used));
+            copies_add(cp, bk_rows(f->gs, base + np, used), bk_rows(f->cs, p->r0, used));
+        }
+        p->lat0 = *lb, p->g = g;
+        base += g * r, *lb += g;
+    }
+    copies_run(bk, cp);
+    if (*lb > lat_a) bk->group_pool(bk, bk_rows(f->lat, lat_a, *lb - lat_a), bk_rows(f->gz, 0, base), bk_rows(f->gs, 0, base), (int)r);
+    for (int i = a; i < b; i++) { /* what is left waits: appended to pend, or in its place */
+        fwd_piece_t *p = &f->pieces[i];
+        if (!fwd_piece_active(p, k0)) continue;
+        seq_layer_t *sl = &p->st->layers[L];
+        int64_t np = sl->n_pend, total = np + p->n, left = total % r, from = p->g ? p->g * r - np : 0, at = p->g ? 0 : np;
+        copies_add(cp, bk_rows(sl->pend_z, at, left - at), bk_rows(f->cz, p->r0 + from, left - at));
+        copies_add(cp, bk_rows(sl->pend_s, at, left - at), bk_rows(f->cs, p->r0 + from, left - at));
+        sl->n_pend = (int)left;
+    }
+    copies_run(bk, cp);
+}
+
 /* Compressor of KV-source layer L: new pool entries and indexer keys for the groups each
  * piece completes; an incomplete group's tokens wait in the sequence's pending buffer. The
- * projections and the latents' norm, keys and QAT run over every row at once; the grouping
- * and the positions are per piece. */
+ * projections, the latents' norm, keys, RoPE and QAT run over every row at once; the grouping
+ * once per wave. */
 static void compress(fwd_t *f, int L, int64_t k0) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
@@ -35,70 +117,56 @@ static void compress(fwd_t *f, int L, int64_t k0) {
     int64_t m = f->n - k0, r = s->ratio, la, lb;
     float eps = (float)c->rms_norm_eps;
     bk_tensor_t xin = bk_rows(f->xin, k0, m);
+    copies_t cp = {0};
     if (r == 1) { /* every token is a group: latents in the rows' own places */
         la = k0, lb = f->n;
         bk->matmul(bk, bk_rows(f->lat, k0, m), xin, w->attn.cmp_wkv, 0);
+        for (int i = 0; i < f->n_pieces; i++)
+            if (fwd_piece_active(&f->pieces[i], k0)) f->pieces[i].lat0 = f->pieces[i].r0, f->pieces[i].g = f->pieces[i].n;
     } else {
         la = lb = 0;
         bk->matmul(bk, bk_rows(f->cz, k0, m), xin, w->attn.cmp_wkv, 0);
         bk->matmul(bk, bk_rows(f->cs, k0, m), xin, w->attn.cmp_wgate, 0);
+        int cut = wave_cut(f, k0);
+        group_wave(f, L, k0, 0, cut, &lb, &cp);
+        group_wave(f, L, k0, cut, f->n_pieces, &lb, &cp);
     }
     for (int i = 0; i < f->n_pieces; i++) {
-        fwd_piece_t *p = &f->pieces[i];
+        fwd_piece_t *p = &f->pieces[i]; /* claim the entries now: a later piece of the same sequence numbers its own after them */
         if (!fwd_piece_active(p, k0)) continue;
         seq_layer_t *sl = &p->st->layers[L];
-        if (r == 1) {
-            p->lat0 = p->r0, p->g = p->n;
-        } else {
-            int64_t np = sl->n_pend, total = np + p->n, left = total % r;
-            if (np) {
-                bk->copy(bk, bk_rows(f->gz, 0, np), bk_rows(sl->pend_z, 0, np));
-                bk->copy(bk, bk_rows(f->gs, 0, np), bk_rows(sl->pend_s, 0, np));
-            }
-            bk->copy(bk, bk_rows(f->gz, np, p->n), bk_rows(f->cz, p->r0, p->n));
-            bk->copy(bk, bk_rows(f->gs, np, p->n), bk_rows(f->cs, p->r0, p->n));
-            p->lat0 = lb, p->g = total / r;
-            if (p->g) bk->group_pool(bk, bk_rows(f->lat, lb, p->g), bk_rows(f->gz, 0, p->g * r), bk_rows(f->gs, 0, p->g * r), (int)r);
-            if (left) {
-                bk->copy(bk, bk_rows(sl->pend_z, 0, left), bk_rows(f->gz, p->g * r, left));
-                bk->copy(bk, bk_rows(sl->pend_s, 0, left), bk_rows(f->gs, p->g * r, left));
-            }
-            sl->n_pend = (int)left;
-            lb += p->g;
-        }
-        /* claim the entries now so a later piece of the same sequence numbers its own after them */
         p->j0 = sl->n_entries;
         seqstate_reserve(p->st, L, p->j0 + p->g);
         sl->n_entries += p->g;
     }
-    if (lb == la) return;
+    if (lb == la) {
+        copies_free(&cp);
+        return;
+    }
+    bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
+    int ns = piece_spans(f, k0, true, r, spans); /* entry j sits at its group's first position */
     bk_tensor_t lat = bk_rows(f->lat, la, lb - la), table = f->m->inv_freq[ROPE_COMPRESS];
     bk->rmsnorm(bk, lat, lat, &w->attn.cmp_norm, eps);
     if (s->indexer_keys) { /* from the un-rotated latent */
         bk_tensor_t key = bk_rows(f->key, la, lb - la);
         bk->matmul(bk, key, lat, w->attn.idx_wk, 0);
         bk->rmsnorm(bk, key, key, &w->attn.idx_k_norm, eps);
-        for (int i = 0; i < f->n_pieces; i++) {
-            fwd_piece_t *p = &f->pieces[i];
-            if (fwd_piece_active(p, k0) && p->g)
-                bk->rope(bk, bk_rows(f->key, p->lat0, p->g), c->index_head_dim, table, r * p->j0, r, false);
-        }
+        bk->rope_spans(bk, f->key, c->index_head_dim, table, spans, ns, r, false);
         fwd_qat(f, k0, f->key, QAT_FP4_UE8M0, 32, true);
     }
     bk->copy(bk, bk_rows(f->ent, la, lb - la), lat);
-    for (int i = 0; i < f->n_pieces; i++) {
-        fwd_piece_t *p = &f->pieces[i]; /* entry j sits at its group's first position */
-        if (fwd_piece_active(p, k0) && p->g)
-            bk->rope(bk, bk_rows(f->ent, p->lat0, p->g), c->head_dim, table, r * p->j0, r, false);
-    }
+    bk->rope_spans(bk, f->ent, c->head_dim, table, spans, ns, r, false);
     fwd_qat(f, k0, f->ent, QAT_FP4_E4M3, 16, true);
     for (int i = 0; i < f->n_pieces; i++) {
         fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0) || !p->g) continue;
         seq_layer_t *sl = &p->st->layers[L];
-        if (s->indexer_keys) bk->copy(bk, bk_rows(sl->keys, p->j0, p->g), bk_rows(f->key, p->lat0, p->g));
-        bk->copy(bk, bk_rows(sl->pool, p->j0, p->g), bk_rows(f->ent, p->lat0, p->g));
+        if (s->indexer_keys) copies_add(&cp, bk_rows(sl->keys, p->j0, p->g), bk_rows(f->key, p->lat0, p->g));
+        copies_add(&cp, bk_rows(sl->pool, p->j0, p->g), bk_rows(f->ent, p->lat0, p->g));
     }
+    copies_run(bk, &cp);
+    copies_free(&cp);
+    free(spans);
 }
 
 /* Indexer of index-source layer L: its selection for rows [k0, n), and the candidate blocks
@@ -109,42 +177,72 @@ static void indexer(fwd_t *f, int L, int64_t k0) {
     const layer_sched_t *s = &c->layers[L];
     const model_layer_t *w = &f->m->layers[L];
     int64_t m = f->n - k0;
+    bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
+    int ns = piece_spans(f, k0, false, 1, spans);
     bk->matmul(bk, bk_rows(f->iq, k0, m), bk_rows(f->cq, k0, m), w->attn.idx_wq_b, 0);
-    for (int i = 0; i < f->n_pieces; i++) {
-        const fwd_piece_t *p = &f->pieces[i];
-        if (fwd_piece_active(p, k0))
-            bk->rope(bk, bk_rows(f->iq, p->r0, p->n), c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], p->p0, 1, false);
-    }
+    bk->rope_spans(bk, f->iq, c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], spans, ns, 1, false);
     fwd_qat(f, k0, f->iq, QAT_FP4_UE8M0, 32, false);
     bk->matmul(bk, bk_rows(f->iw, k0, m), bk_rows(f->xin, k0, m), w->attn.idx_wproj, 0);
-    for (int i = 0; i < f->n_pieces; i++) {
+    for (int i = 0, k = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0)) continue;
         const seq_layer_t *src = &p->st->layers[s->kv_source];
-        bk_tensor_t cand = bk_rows(f->cand, p->r0, p->n);
-        bk->indexer_topk(bk, bk_rows(f->sel[L], p->r0, p->n), s->candidate_source ? &cand : NULL, bk_rows(f->iq, p->r0, p->n),
-                         bk_rows(f->iw, p->r0, p->n), bk_rows(src->keys, 0, src->n_entries), p->p0, s->ratio,
-                         s->uses_candidates ? &cand : NULL, c->candidate_block_size, (float)pow(c->index_head_dim, -0.5),
-                         (float)pow(c->index_n_heads, -0.5));
+        spans[k++].keys = bk_rows(src->keys, 0, src->n_entries);
     }
+    bk->indexer_spans(bk, f->sel[L], s->candidate_source ? &f->cand : NULL, f->iq, f->iw, spans, ns, s->ratio,
+                      s->uses_candidates ? &f->cand : NULL, c->candidate_block_size, (float)pow(c->index_head_dim, -0.5),
+                      (float)pow(c->index_n_heads, -0.5));
+    free(spans);
 }
 
 /* Window rows of a piece into the layer's ring (the last `window` of them). */
-static void ring_write(backend_t *bk, seq_layer_t *sl, bk_tensor_t kv, int64_t P0) {
+static void ring_write(copies_t *cp, seq_layer_t *sl, bk_tensor_t kv, int64_t P0) {
     int64_t W = sl->ring.rows, end = P0 + kv.rows, a = end - W > P0 ? end - W : P0;
     while (a < end) {
         int64_t slot = a % W, len = end - a < W - slot ? end - a : W - slot;
-        bk->copy(bk, bk_rows(sl->ring, slot, len), bk_rows(kv, a - P0, len));
+        copies_add(cp, bk_rows(sl->ring, slot, len), bk_rows(kv, a - P0, len));
         a += len;
     }
 }
 
 /* RoPE over the rows of every active piece, at the piece's positions. */
 static void rope_pieces(fwd_t *f, int64_t k0, bk_tensor_t t, bk_tensor_t table, bool inverse) {
-    for (int i = 0; i < f->n_pieces; i++) {
+    bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
+    int ns = piece_spans(f, k0, false, 1, spans);
+    f->bk->rope_spans(f->bk, t, f->c->head_dim, table, spans, ns, 1, inverse);
+    free(spans);
+}
+
+/* Sparse attention of one wave of pieces in one call, then their window writes. */
+static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *spans, copies_t *cp) {
+    backend_t *bk = f->bk;
+    const model_config_t *c = f->c;
+    const layer_sched_t *s = &c->layers[L];
+    const model_layer_t *w = &f->m->layers[L];
+    int ns = 0;
+    for (int i = a; i < b; i++) {
         const fwd_piece_t *p = &f->pieces[i];
-        if (fwd_piece_active(p, k0)) f->bk->rope(f->bk, bk_rows(t, p->r0, p->n), f->c->head_dim, table, p->p0, 1, inverse);
+        if (!fwd_piece_active(p, k0)) continue;
+        seq_layer_t *sl = &p->st->layers[L];
+        if (sl->win_end < p->p0) sl->win_lo = p->p0; /* a gap (bounded replay): earlier rows were never computed */
+        bk_span_t sp = {.r0 = p->r0, .n = p->n, .pos0 = p->p0, .ring = sl->ring, .win_lo = sl->win_lo};
+        if (s->ratio) {
+            const seq_layer_t *src = &p->st->layers[s->kv_source];
+            sp.pool = bk_rows(src->pool, 0, src->n_entries);
+        }
+        spans[ns++] = sp;
     }
+    if (!ns) return;
+    bk->attention_spans(bk, f->o, f->q, w->attn.sink, (float)pow((double)c->head_dim, -0.5), f->kv, c->sliding_window, spans, ns,
+                        s->ratio ? &f->sel[s->topk_source] : NULL);
+    for (int i = a; i < b; i++) {
+        const fwd_piece_t *p = &f->pieces[i];
+        if (!fwd_piece_active(p, k0)) continue;
+        seq_layer_t *sl = &p->st->layers[L];
+        ring_write(cp, sl, bk_rows(f->kv, p->r0, p->n), p->p0);
+        sl->win_end = p->p0 + p->n;
+    }
+    copies_run(bk, cp);
 }
 
 void fwd_attention(fwd_t *f, int L, int64_t k0) {
@@ -152,7 +250,7 @@ void fwd_attention(fwd_t *f, int L, int64_t k0) {
     const model_config_t *c = f->c;
     const layer_sched_t *s = &c->layers[L];
     const model_layer_t *w = &f->m->layers[L];
-    int64_t m = f->n - k0, hd = c->head_dim;
+    int64_t m = f->n - k0;
     float eps = (float)c->rms_norm_eps;
     bk_tensor_t table = f->m->inv_freq[s->rope];
     bk_tensor_t xin = bk_rows(f->xin, k0, m), cq = bk_rows(f->cq, k0, m), q = bk_rows(f->q, k0, m);
@@ -169,25 +267,14 @@ void fwd_attention(fwd_t *f, int L, int64_t k0) {
 
     if (s->ratio && s->has_compressor) compress(f, L, k0);
     if (s->ratio && s->has_indexer) indexer(f, L, k0);
-    for (int i = 0; i < f->n_pieces; i++) {
-        const fwd_piece_t *p = &f->pieces[i];
-        if (!fwd_piece_active(p, k0)) continue;
-        seq_layer_t *sl = &p->st->layers[L];
-        bk_tensor_t pool, sel, pkv = bk_rows(f->kv, p->r0, p->n);
-        if (s->ratio) {
-            const seq_layer_t *src = &p->st->layers[s->kv_source];
-            pool = bk_rows(src->pool, 0, src->n_entries);
-            sel = bk_rows(f->sel[s->topk_source], p->r0, p->n);
-        }
-        if (sl->win_end < p->p0) sl->win_lo = p->p0; /* a gap (bounded replay): earlier rows were never computed */
-        bk->attention(bk, bk_rows(f->o, p->r0, p->n), bk_rows(f->q, p->r0, p->n), w->attn.sink, (float)pow((double)hd, -0.5),
-                      sl->ring, pkv, p->p0, c->sliding_window, sl->win_lo, s->ratio ? &pool : NULL, s->ratio ? &sel : NULL);
-        ring_write(bk, sl, pkv, p->p0);
-        sl->win_end = p->p0 + p->n;
-    }
+    bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
+    copies_t cp = {0};
+    int cut = wave_cut(f, k0);
+    attend_wave(f, L, k0, 0, cut, spans, &cp);
+    attend_wave(f, L, k0, cut, f->n_pieces, spans, &cp);
+    copies_free(&cp);
+    free(spans);
     rope_pieces(f, k0, f->o, table, true); /* back to the un-rotated frame */
-    bk_tensor_t o = bk_rows(f->o, k0, m);
-    int64_t G = c->o_groups, R = c->o_lora_rank, gw = c->n_heads * hd / G;
-    for (int64_t g = 0; g < G; g++) bk->matmul(bk, bk_cols(u, g * R, R), bk_cols(o, g * gw, gw), w->attn.wo_a, g * R);
+    bk->matmul_grouped(bk, u, bk_rows(f->o, k0, m), w->attn.wo_a, (int)c->o_groups);
     bk->matmul(bk, bk_rows(f->y, k0, m), u, w->attn.wo_b, 0);
 }

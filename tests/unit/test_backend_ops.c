@@ -631,6 +631,105 @@ static void test_views_and_copy(void) {
     free(a);
 }
 
+
+/* ---- the batched forms: one call over many sequences' rows == the single-sequence ops ---------- */
+static bool same_f32(backend_t *b, bk_tensor_t x, bk_tensor_t y) {
+    float *u = get(b, x), *v = get(b, y);
+    bool same = !memcmp(u, v, (size_t)(x.rows * x.cols) * 4);
+    free(u), free(v);
+    return same;
+}
+
+static void test_batched_forms(void) {
+    /* matmul_grouped: each group as matmul on the views */
+    weight_t w = make_weight(WQ_FP8, 3 * 20, 24);
+    bk_weight_t *bw = bk->bind(bk, &w.m);
+    float *x = rand_vec(5 * 72, 1.0f);
+    bk_tensor_t tx = put(bk, x, 5, 72), g1 = bk->alloc(bk, BK_F32, 5, 60), g2 = bk->alloc(bk, BK_F32, 5, 60);
+    bk->matmul_grouped(bk, g1, tx, bw, 3);
+    for (int g = 0; g < 3; g++) bk->matmul(bk, bk_cols(g2, g * 20, 20), bk_cols(tx, g * 24, 24), bw, g * 20);
+    CHECK(same_f32(bk, g1, g2));
+    float *got = get(bk, g1);
+    double ref1 = 0; /* and it is the block-diagonal product: row 4, output 47 (group 2) */
+    for (int i = 0; i < 24; i++) ref1 += (double)x[4 * 72 + 48 + i] * w.dense[47 * 24 + i];
+    CHECKF(fabs(got[4 * 60 + 47] - ref1) <= 1e-5 * fmax(1.0, fabs(ref1)), "grouped %g vs %g", got[4 * 60 + 47], ref1);
+    bk->release(bk, &tx), bk->release(bk, &g1), bk->release(bk, &g2), bk->unbind(bk, bw);
+    free(x), free(got);
+    free_weight(&w);
+
+    /* rope_spans: two sequences' rows at their positions; row 2 belongs to none */
+    int64_t hd = 40, half = 8;
+    float f[8], *y = rand_vec(6 * 2 * 40, 1.0f);
+    for (int p = 0; p < half; p++) f[p] = powf(0.37f, (float)p);
+    bk_tensor_t tf = put(bk, f, 1, half), a = put(bk, y, 6, 2 * hd), b = put(bk, y, 6, 2 * hd);
+    bk_span_t sp[2] = {{.r0 = 0, .n = 2, .pos0 = 500}, {.r0 = 3, .n = 3, .pos0 = 7}};
+    bk->rope_spans(bk, a, (int)hd, tf, sp, 2, 3, false);
+    for (int i = 0; i < 2; i++) bk->rope(bk, bk_rows(b, sp[i].r0, sp[i].n), (int)hd, tf, sp[i].pos0, 3, false);
+    CHECK(same_f32(bk, a, b));
+    float *ay = get(bk, a);
+    CHECK(!memcmp(ay + 2 * 2 * hd, y + 2 * 2 * hd, (size_t)(2 * hd) * 4));
+    bk->release(bk, &tf), bk->release(bk, &a), bk->release(bk, &b);
+    free(y), free(ay);
+
+    /* attention_spans and indexer_spans: two sequences, each its ring, pool, keys and position */
+    int H = 3, d = 32, W = 4, m = 5, K = 3, Hi = 2;
+    float *q = rand_vec((size_t)(m * H * d), 1.0f), *kv = rand_vec((size_t)(m * d), 1.0f), *sink = rand_vec((size_t)H, 1.0f);
+    float *iq = rand_vec((size_t)(m * Hi * d), 1.0f), *iw = rand_vec((size_t)(m * Hi), 1.0f);
+    int32_t sel[5 * 3] = {0, 2, -1, 1, 5, 6, 3, 3, -1, 0, 1, 2, 4, -1, -1};
+    bk_tensor_t tq = put(bk, q, m, H * d), tk = put(bk, kv, m, d), ts = put(bk, sink, 1, H), tsel = put_i(bk, sel, m, K);
+    bk_tensor_t tiq = put(bk, iq, m, Hi * d), tiw = put(bk, iw, m, Hi), rings[2], pools[2];
+    for (int i = 0; i < 2; i++) {
+        float *r = rand_vec((size_t)(W * d), 1.0f), *pl = rand_vec((size_t)(7 * d), 1.0f);
+        rings[i] = put(bk, r, W, d), pools[i] = put(bk, pl, 7, d);
+        free(r), free(pl);
+    }
+    bk_span_t as[2] = {{.r0 = 0, .n = 2, .pos0 = 9, .ring = rings[0], .pool = pools[0], .keys = pools[0], .win_lo = 0},
+                       {.r0 = 3, .n = 2, .pos0 = 13, .ring = rings[1], .pool = pools[1], .keys = bk_rows(pools[1], 0, 5), .win_lo = 12}};
+    for (int with_pool = 0; with_pool < 2; with_pool++) {
+        float *nan = xmalloc((size_t)(m * H * d) * 4);
+        for (int i = 0; i < m * H * d; i++) nan[i] = NAN;
+        bk_tensor_t o1 = put(bk, nan, m, H * d), o2 = put(bk, nan, m, H * d);
+        bk->attention_spans(bk, o1, tq, ts, 0.2f, tk, W, as, 2, with_pool ? &tsel : NULL);
+        for (int i = 0; i < 2; i++) {
+            bk_tensor_t rs = bk_rows(tsel, as[i].r0, as[i].n);
+            bk->attention(bk, bk_rows(o2, as[i].r0, as[i].n), bk_rows(tq, as[i].r0, as[i].n), ts, 0.2f, as[i].ring,
+                          bk_rows(tk, as[i].r0, as[i].n), as[i].pos0, W, as[i].win_lo, with_pool ? &as[i].pool : NULL,
+                          with_pool ? &rs : NULL);
+        }
+        float *u = get(bk, o1), *v = get(bk, o2);
+        int bad = 0;
+        for (int i = 0; i < m * H * d; i++) bad += !(u[i] == v[i] || (isnan(u[i]) && isnan(v[i])));
+        CHECK_EQ(bad, 0);
+        CHECK(isnan(u[2 * H * d]) && !isnan(u[0]) && !isnan(u[4 * H * d])); /* row 2 is in no span */
+        bk->release(bk, &o1), bk->release(bk, &o2);
+        free(nan), free(u), free(v);
+    }
+    bk_tensor_t s1 = bk->alloc(bk, BK_I32, m, 2), s2 = bk->alloc(bk, BK_I32, m, 2), b1 = bk->alloc(bk, BK_I32, m, 2),
+                b2 = bk->alloc(bk, BK_I32, m, 2);
+    bk->indexer_spans(bk, s1, &b1, tiq, tiw, as, 2, 2, NULL, 2, 0.3f, 0.5f);
+    for (int i = 0; i < 2; i++) {
+        bk_tensor_t bb = bk_rows(b2, as[i].r0, as[i].n);
+        bk->indexer_topk(bk, bk_rows(s2, as[i].r0, as[i].n), &bb, bk_rows(tiq, as[i].r0, as[i].n), bk_rows(tiw, as[i].r0, as[i].n),
+                         as[i].keys, as[i].pos0, 2, NULL, 2, 0.3f, 0.5f);
+    }
+    CHECK(same_f32(bk, s1, s2) && same_f32(bk, b1, b2));
+    bk_tensor_t *all[] = {&tq, &tk, &ts, &tsel, &tiq, &tiw, &rings[0], &rings[1], &pools[0], &pools[1], &s1, &s2, &b1, &b2};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) bk->release(bk, all[i]);
+    free(q), free(kv), free(sink), free(iq), free(iw);
+
+    /* copy_many: as the copies one by one */
+    float *z = rand_vec(8 * 6, 1.0f);
+    bk_tensor_t src = put(bk, z, 8, 6), d1 = bk->alloc(bk, BK_F32, 5, 4), d2 = bk->alloc(bk, BK_F32, 5, 4);
+    bk_tensor_t dst[3] = {bk_rows(d1, 0, 2), bk_cols(bk_rows(d1, 2, 3), 1, 3), bk_rows(d1, 4, 0)};
+    bk_tensor_t from[3] = {bk_cols(bk_rows(src, 5, 2), 2, 4), bk_cols(bk_rows(src, 0, 3), 0, 3), bk_rows(src, 0, 0)};
+    bk_tensor_t dst2[3] = {bk_rows(d2, 0, 2), bk_cols(bk_rows(d2, 2, 3), 1, 3), bk_rows(d2, 4, 0)};
+    bk->copy_many(bk, dst, from, 3);
+    for (int i = 0; i < 3; i++) bk->copy(bk, dst2[i], from[i]);
+    CHECK(same_f32(bk, d1, d2));
+    bk->release(bk, &src), bk->release(bk, &d1), bk->release(bk, &d2);
+    free(z);
+}
+
 int main(void) {
     bk = backend_cpu_create(3);
     bk1 = backend_cpu_create(1);
@@ -647,6 +746,7 @@ int main(void) {
     RUN(test_router);
     RUN(test_moe);
     RUN(test_views_and_copy);
+    RUN(test_batched_forms);
     bk->destroy(bk);
     bk1->destroy(bk1);
     return t_finish();
