@@ -48,7 +48,8 @@ TOOLS     := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/*.c)))))
 TOOL_BINS := $(TOOLS:%=$(BIN)/%)
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BINS := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
-TESTLIB   := $(BUILD)/tests/testlib.o
+# Shared test helpers (tests/*.c: testlib.c and the like) link into every unit test.
+TESTLIB   := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/*.c))
 # Test-only helper programs that Python tests drive, and benchmark drivers: one .c each.
 DRIVER_BINS := $(patsubst tests/drivers/%.c,$(BUILD)/drivers/%,$(wildcard tests/drivers/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
@@ -93,7 +94,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBDI)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(TESTLIB): tests/testlib.c tests/testlib.h
+$(TESTLIB): $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
@@ -142,4 +143,4 @@ build-fuzz/%: tests/fuzz/%.c $(HOST_LIB_SRC) $(wildcard lib/*.h)
 clean:
 	rm -rf build build-asan build-fuzz bin
 
--include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tools/*/*.d) $(wildcard $(BUILD)/tests/*/*.d) $(wildcard $(BUILD)/bench/*.d)
+-include $(LIB_OBJ:.o=.d) $(wildcard $(BUILD)/tools/*/*.d) $(wildcard $(BUILD)/tests/*.d) $(wildcard $(BUILD)/tests/*/*.d) $(wildcard $(BUILD)/bench/*.d)

@@ -15,6 +15,7 @@
 #include "backend_cpu.h"
 #include "backend_cuda.h"
 #include "testlib.h"
+#include "testnum.h"
 #include "util.h"
 
 #include <math.h>
@@ -25,20 +26,6 @@
 
 static backend_t *gpu, *cpu;
 
-/* ---- random data ------------------------------------------------------------------------- */
-static uint64_t rng_state;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float unif(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-static float *rand_vec(size_t n, float scale) {
-    float *v = xmalloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) v[i] = unif() * scale;
-    return v;
-}
 static float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 /* ---- tensors on both backends --------------------------------------------------------------- */
@@ -73,84 +60,33 @@ static void free2(pair_t *p) {
     gpu->release(gpu, &p->g);
     cpu->release(cpu, &p->c);
 }
-static float *get(backend_t *b, bk_tensor_t t) {
-    float *v = xmalloc((size_t)(t.rows * t.cols) * 4 + 4);
-    b->download(b, v, t);
-    return v;
-}
-
-/* max |a - b| / max |b|, NaN counting as infinitely wrong */
-static double max_err(const float *a, const float *b, size_t n) {
-    double d = 0, s = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i]) != isnan(b[i])) return INFINITY;
-        d = fmax(d, fabs((double)a[i] - b[i])), s = fmax(s, fabs((double)b[i]));
-    }
-    return d / s;
-}
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double d = 0, s = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i])) return INFINITY;
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
-    }
-    return sqrt(d / s);
-}
 
 /* Both backends' values of a pair, compared: max error <= tol. */
 static double compare(pair_t p, double tol, const char *what) {
-    float *g = get(gpu, p.g), *c = get(cpu, p.c);
-    double e = max_err(g, c, (size_t)(p.g.rows * p.g.cols));
+    float *g = t_download(gpu, p.g), *c = t_download(cpu, p.c);
+    double e = t_max_err(g, c, (size_t)(p.g.rows * p.g.cols));
     CHECKF(e <= tol, "%s: error %.3g > %.1g", what, e, tol);
     free(g), free(c);
     return e;
 }
 
 /* ---- weights ---------------------------------------------------------------------------------- */
+/* A stored weight with random contents (testnum.h), bound on both backends. */
 typedef struct {
-    wmat_t m;
-    uint8_t *data, *scale;
-    float *dense; /* dequantized, for references */
+    t_weight_t host;
     bk_weight_t *g, *c;
 } weight_t;
 
-/* A stored weight with random contents; block_rows 32 for dense FP8, 1 for FP8 rows (Engram). */
 static weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols, int block_rows) {
-    weight_t w = {.m = {.kind = kind, .rows = rows, .cols = cols, .block_rows = block_rows, .block_cols = 32}};
-    size_t n = (size_t)(rows * cols);
-    if (kind == WQ_F32 || kind == WQ_BF16) {
-        w.data = xmalloc(n * 4);
-        for (size_t i = 0; i < n; i++) {
-            float v = unif() * 0.5f;
-            if (kind == WQ_F32) memcpy(w.data + 4 * i, &v, 4);
-            else {
-                uint16_t h = f32_to_bf16(v);
-                memcpy(w.data + 2 * i, &h, 2);
-            }
-        }
-    } else {
-        size_t row_bytes = kind == WQ_FP8 ? (size_t)cols : (size_t)(cols + 1) / 2, nb = row_bytes * (size_t)rows;
-        size_t ns = wmat_scale_count(rows, cols, block_rows, 32);
-        w.data = xmalloc(nb);
-        for (size_t i = 0; i < nb; i++) {
-            uint8_t b = (uint8_t)rnd();
-            w.data[i] = kind == WQ_FP8 && (b & 0x7F) == 0x7F ? b ^ 1 : b;
-        }
-        w.scale = xmalloc(ns);
-        for (size_t i = 0; i < ns; i++) w.scale[i] = (uint8_t)(118 + rnd() % 8);
-    }
-    w.m.data = w.data;
-    w.m.scale = w.scale;
-    w.dense = xmalloc(n * 4);
-    wmat_rows(&w.m, 0, rows, w.dense);
-    w.g = gpu->bind(gpu, &w.m);
-    w.c = cpu->bind(cpu, &w.m);
+    weight_t w = {t_weight_random(kind, rows, cols, block_rows), NULL, NULL};
+    w.g = gpu->bind(gpu, &w.host.m);
+    w.c = cpu->bind(cpu, &w.host.m);
     return w;
 }
 static void free_weight(weight_t *w) {
     gpu->unbind(gpu, w->g);
     cpu->unbind(cpu, w->c);
-    free(w->data), free(w->scale), free(w->dense);
+    t_weight_free(&w->host);
 }
 
 /* ---- matmul ------------------------------------------------------------------------------------ */
@@ -159,7 +95,7 @@ static void free_weight(weight_t *w) {
 static void matmul_case_at(wq_kind_t kind, int64_t R, int64_t C, int64_t m, int64_t row0, int64_t n, int64_t xo) {
     weight_t w = make_weight(kind, R, C, kind == WQ_FP8 ? 32 : 1);
     bool quant = kind == WQ_FP8 || kind == WQ_FP4;
-    float *x = rand_vec((size_t)(m * (C + 4)), 1.0f), *xr = xmalloc((size_t)(m * (C + 4)) * 4);
+    float *x = t_rand_vec((size_t)(m * (C + 4)), 1.0f), *xr = xmalloc((size_t)(m * (C + 4)) * 4);
     for (int64_t i = 0; i < m * (C + 4); i++) xr[i] = quant ? bf16_round(x[i]) : x[i];
     /* x as a column view of a wider tensor, out as one too: the ld paths */
     pair_t tx = putf(x, m, C + 4), txr = putf(xr, m, C + 4), o = out2(BK_F32, m, n + 5), oc = out2(BK_F32, m, n + 5);
@@ -167,12 +103,12 @@ static void matmul_case_at(wq_kind_t kind, int64_t R, int64_t C, int64_t m, int6
     gpu->matmul(gpu, ov, xv, w.g, row0);
     cpu->matmul(cpu, bk_cols(o.c, 1, n), bk_cols(txr.c, xo, C), w.c, row0); /* the same (rounded) activations */
     cpu->matmul(cpu, bk_cols(oc.c, 1, n), bk_cols(tx.c, xo, C), w.c, row0); /* fp32 activations */
-    float *g = get(gpu, o.g), *c = get(cpu, o.c), *cf = get(cpu, oc.c);
+    float *g = t_download(gpu, o.g), *c = t_download(cpu, o.c), *cf = t_download(cpu, oc.c);
     float *gs = xmalloc((size_t)(m * n) * 4), *cs = xmalloc((size_t)(m * n) * 4), *cfs = xmalloc((size_t)(m * n) * 4);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < n; j++) gs[r * n + j] = g[r * (n + 5) + 1 + j], cs[r * n + j] = c[r * (n + 5) + 1 + j], cfs[r * n + j] = cf[r * (n + 5) + 1 + j];
     /* the tensor cores take rounded activations, the CUDA cores fp32 ones: one of the two must match */
-    double e = fmin(max_err(gs, cs, (size_t)(m * n)), max_err(gs, cfs, (size_t)(m * n))), l2 = rel_l2(gs, cfs, (size_t)(m * n));
+    double e = fmin(t_max_err(gs, cs, (size_t)(m * n)), t_max_err(gs, cfs, (size_t)(m * n))), l2 = t_rel_l2(gs, cfs, (size_t)(m * n));
     CHECKF(e <= 1e-5, "kind %d %lldx%lld m %lld row0 %lld: error %.3g vs the CPU on the same activations", kind, (long long)R,
            (long long)C, (long long)m, (long long)row0, e);
     CHECKF(l2 <= (quant ? 5e-3 : 1e-6), "kind %d m %lld: relative L2 %.3g vs fp32 activations", kind, (long long)m, l2);
@@ -228,7 +164,7 @@ static void test_matmul_grouped(void) {
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
         int64_t m = cases[t].m, G = cases[t].groups, ng = cases[t].ng, kg = cases[t].kg, xo = cases[t].xo;
         weight_t w = make_weight(cases[t].kind, G * ng + 3, kg, cases[t].kind == WQ_FP8 ? 32 : 1);
-        float *x = rand_vec((size_t)(m * (G * kg + 4)), 1.0f);
+        float *x = t_rand_vec((size_t)(m * (G * kg + 4)), 1.0f);
         pair_t tx = putf(x, m, G * kg + 4), o = out2(BK_F32, m, G * ng);
         gpu->matmul_grouped(gpu, o.g, bk_cols(tx.g, xo, G * kg), w.g, (int)G);
         cpu->matmul_grouped(cpu, o.c, bk_cols(tx.c, xo, G * kg), w.c, (int)G);
@@ -243,12 +179,12 @@ static void test_matmul_grouped(void) {
 
 static void test_matmul_deterministic(void) {
     weight_t w = make_weight(WQ_FP4, 256, 512, 1);
-    float *x = rand_vec(150 * 512, 1.0f);
+    float *x = t_rand_vec(150 * 512, 1.0f);
     pair_t tx = putf(x, 150, 512);
     bk_tensor_t o1 = gpu->alloc(gpu, BK_F32, 150, 256), o2 = gpu->alloc(gpu, BK_F32, 150, 256);
     gpu->matmul(gpu, o1, tx.g, w.g, 0);
     gpu->matmul(gpu, o2, tx.g, w.g, 0);
-    float *a = get(gpu, o1), *b = get(gpu, o2);
+    float *a = t_download(gpu, o1), *b = t_download(gpu, o2);
     CHECK(!memcmp(a, b, 150 * 256 * 4));
     gpu->release(gpu, &o1), gpu->release(gpu, &o2), free2(&tx);
     free(a), free(b), free(x);
@@ -263,7 +199,7 @@ static void test_gather(void) {
     for (size_t t = 0; t < DI_ARRAY_LEN(tables); t++) {
         weight_t w = make_weight(tables[t].kind, 50, 256 + 37 * (tables[t].kind != WQ_FP8 || tables[t].block_rows != 1), tables[t].block_rows);
         int32_t idx[4 * 3] = {0, 49, 7, 3, 3, 3, 12, -1, 50, 22, 41, 1};
-        pair_t ti = puti(idx, 4, 3), o = out2(BK_F32, 4, 3 * w.m.cols);
+        pair_t ti = puti(idx, 4, 3), o = out2(BK_F32, 4, 3 * w.host.m.cols);
         gpu->gather(gpu, o.g, w.g, ti.g);
         cpu->gather(cpu, o.c, w.c, ti.c);
         compare(o, 0, "gather");
@@ -277,7 +213,7 @@ static void test_rmsnorm(void) {
     int64_t shapes[][2] = {{7, 45}, {3, 5120}, {300, 512}};
     for (size_t s = 0; s < DI_ARRAY_LEN(shapes); s++) {
         int64_t m = shapes[s][0], n = shapes[s][1];
-        float *x = rand_vec((size_t)(m * n), 3.0f), *w = rand_vec((size_t)n, 1.0f);
+        float *x = t_rand_vec((size_t)(m * n), 3.0f), *w = t_rand_vec((size_t)n, 1.0f);
         pair_t tx = putf(x, m, n), tw = putf(w, 1, n), o = out2(BK_F32, m, n);
         for (int with = 0; with < 2; with++) {
             poison(o.g);
@@ -295,7 +231,7 @@ static void test_rmsnorm(void) {
 
 static void test_rope(void) {
     int64_t m = 5, hd = 40, heads = 3, half = 8;
-    float *x = rand_vec((size_t)(m * heads * hd), 1.0f), f[8];
+    float *x = t_rand_vec((size_t)(m * heads * hd), 1.0f), f[8];
     for (int p = 0; p < half; p++) f[p] = powf(0.37f, (float)p);
     pair_t tx = putf(x, m, heads * hd), tf = putf(f, 1, half);
     int64_t pos0s[] = {0, 1000, 123457};
@@ -316,14 +252,14 @@ static void test_qat(void) {
     } kinds[] = {{QAT_FP8_UE8M0, 32}, {QAT_FP4_UE8M0, 32}, {QAT_FP4_E4M3, 16}};
     for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
         int m = 40, n = 512;
-        float *x = rand_vec((size_t)(m * n), 1.0f);
+        float *x = t_rand_vec((size_t)(m * n), 1.0f);
         for (int i = 0; i < n; i++) x[n + i] *= 1e-6f, x[3 * n + i] *= 3000.0f;
         for (int i = 0; i < 32; i++) x[2 * n + i] = 0.0f;
-        for (int i = 0; i < n; i++) x[4 * n + i] = (float)((int)(unif() * 24)) * 0.25f; /* many exact ties */
+        for (int i = 0; i < n; i++) x[4 * n + i] = (float)((int)(t_unif() * 24)) * 0.25f; /* many exact ties */
         pair_t t = putf(x, m, n);
         gpu->qat(gpu, t.g, kinds[k].kind, kinds[k].block);
         cpu->qat(cpu, t.c, kinds[k].kind, kinds[k].block);
-        float *g = get(gpu, t.g), *c = get(cpu, t.c);
+        float *g = t_download(gpu, t.g), *c = t_download(cpu, t.c);
         CHECKF(!memcmp(g, c, (size_t)(m * n) * 4), "qat kind %d: not bit-identical to the CPU", kinds[k].kind);
         free2(&t);
         free(x), free(g), free(c);
@@ -334,8 +270,8 @@ static void test_hc(void) {
     int iters[] = {1, 20};
     for (size_t it = 0; it < DI_ARRAY_LEN(iters); it++) {
         int hc = 4, D = 37 + 3000 * (int)it, nm = (2 + hc) * hc, m = 9;
-        float *X = rand_vec((size_t)(m * hc * D), 2.0f), *mixes = rand_vec((size_t)(m * nm), 5.0f);
-        float *base = rand_vec((size_t)nm, 0.5f), *scale = rand_vec(3, 1.0f), *y = rand_vec((size_t)(m * D), 1.0f);
+        float *X = t_rand_vec((size_t)(m * hc * D), 2.0f), *mixes = t_rand_vec((size_t)(m * nm), 5.0f);
+        float *base = t_rand_vec((size_t)nm, 0.5f), *scale = t_rand_vec(3, 1.0f), *y = t_rand_vec((size_t)(m * D), 1.0f);
         pair_t tX = putf(X, m, hc * D), tm = putf(mixes, m, nm), tb = putf(base, 1, nm), ts = putf(scale, 1, 3), ty = putf(y, m, D);
         pair_t coef = out2(BK_F32, m, nm), o = out2(BK_F32, m, D);
         gpu->hc_mix(gpu, coef.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters[it]);
@@ -361,7 +297,7 @@ static void test_hc(void) {
 
 static void test_engram_gate(void) {
     int hc = 4, D = 300, m = 5;
-    float *X = rand_vec((size_t)(m * hc * D), 1.0f), *kv = rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = rand_vec((size_t)(hc * D), 1.5f);
+    float *X = t_rand_vec((size_t)(m * hc * D), 1.0f), *kv = t_rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = t_rand_vec((size_t)(hc * D), 1.5f);
     pair_t tX = putf(X, m, hc * D), tkv = putf(kv, m, (hc + 1) * D), tqk = putf(qk, hc, D);
     gpu->engram_gate(gpu, tX.g, tkv.g, tqk.g, hc, 1e-20f);
     cpu->engram_gate(cpu, tX.c, tkv.c, tqk.c, hc, 1e-20f);
@@ -373,7 +309,7 @@ static void test_engram_gate(void) {
 static void test_group_pool(void) {
     for (int ratio = 1; ratio <= 3; ratio++) {
         int g = 7, d = 200;
-        float *z = rand_vec((size_t)(g * ratio * d), 1.0f), *s = rand_vec((size_t)(g * ratio * d), 4.0f);
+        float *z = t_rand_vec((size_t)(g * ratio * d), 1.0f), *s = t_rand_vec((size_t)(g * ratio * d), 4.0f);
         pair_t tz = putf(z, g * ratio, d), ts = putf(s, g * ratio, d), o = out2(BK_F32, g, d);
         gpu->group_pool(gpu, o.g, tz.g, ts.g, ratio);
         cpu->group_pool(cpu, o.c, tz.c, ts.c, ratio);
@@ -385,10 +321,10 @@ static void test_group_pool(void) {
 
 /* ---- attention and indexer ------------------------------------------------------------------------ */
 static void attention_case(int H, int d, int W, int m, int npool, int K, int64_t pos0, int64_t win_lo, bool with_pool) {
-    float *q = rand_vec((size_t)(m * H * d), 1.0f), *ring = rand_vec((size_t)(W * d), 1.0f), *kv = rand_vec((size_t)(m * d), 1.0f);
-    float *pool = rand_vec((size_t)(npool * d), 1.0f), *sink = rand_vec((size_t)H, 2.0f);
+    float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *ring = t_rand_vec((size_t)(W * d), 1.0f), *kv = t_rand_vec((size_t)(m * d), 1.0f);
+    float *pool = t_rand_vec((size_t)(npool * d), 1.0f), *sink = t_rand_vec((size_t)H, 2.0f);
     int32_t *sel = xmalloc((size_t)(m * K) * 4);
-    for (int i = 0; i < m * K; i++) sel[i] = rnd() % 5 == 0 ? -1 : (int32_t)(rnd() % (uint64_t)npool);
+    for (int i = 0; i < m * K; i++) sel[i] = t_rnd() % 5 == 0 ? -1 : (int32_t)(t_rnd() % (uint64_t)npool);
     pair_t tq = putf(q, m, H * d), tr = putf(ring, W, d), tk = putf(kv, m, d), tp = putf(pool, npool, d), ts = putf(sink, 1, H);
     pair_t tsel = puti(sel, m, K), o = out2(BK_F32, m, H * d);
     float scale = 1.0f / sqrtf((float)d);
@@ -469,7 +405,7 @@ static double cut_of(const double *v, int n, int k, double *tol) {
 }
 
 static void indexer_case(int Hi, int di, int nk, int K, int KB, int bs, int m, int64_t pos0, int ratio) {
-    float *q = rand_vec((size_t)(m * Hi * di), 1.0f), *w = rand_vec((size_t)(m * Hi), 1.0f), *keys = rand_vec((size_t)(nk * di), 1.0f);
+    float *q = t_rand_vec((size_t)(m * Hi * di), 1.0f), *w = t_rand_vec((size_t)(m * Hi), 1.0f), *keys = t_rand_vec((size_t)(nk * di), 1.0f);
     for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* identical keys: an exact tie */
     float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
     pair_t tq = putf(q, m, Hi * di), tw = putf(w, m, Hi), tk = putf(keys, nk, di);
@@ -530,7 +466,7 @@ static void test_router(void) {
     int cases[][3] = {{5, 9, 3}, {50, 384, 6}};
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
         int m = cases[t][0], E = cases[t][1], k = cases[t][2];
-        float *u = rand_vec((size_t)(m * E), 3.0f), *bias = rand_vec((size_t)E, 0.5f);
+        float *u = t_rand_vec((size_t)(m * E), 3.0f), *bias = t_rand_vec((size_t)E, 0.5f);
         u[0] = u[1] = 30.0f;
         bias[0] = bias[1] = 0.0f;
         pair_t tu = putf(u, m, E), tb = putf(bias, 1, E), idx = out2(BK_I32, m, k), wt = out2(BK_F32, m, k);
@@ -565,7 +501,7 @@ static void test_batched_forms(void) {
     int ns = make_spans(sp, M);
     /* rope_spans, several spans and one */
     int64_t hd = 64, half = 32;
-    float *x = rand_vec((size_t)(M * 2 * hd), 1.0f), f[32];
+    float *x = t_rand_vec((size_t)(M * 2 * hd), 1.0f), f[32];
     for (int p = 0; p < half; p++) f[p] = powf(0.8f, (float)p);
     pair_t tx = putf(x, M, 2 * hd), tf = putf(f, 1, half);
     gpu->rope_spans(gpu, tx.g, (int)hd, tf.g, sp, ns, 3, false);
@@ -579,14 +515,14 @@ static void test_batched_forms(void) {
 
     /* attention_spans at V4.1 shapes: each span its own ring, pool and window start */
     int H = 64, d = 512, W = 128, K = 64, np = 300;
-    float *q = rand_vec((size_t)(M * H * d), 1.0f), *kv = rand_vec((size_t)(M * d), 1.0f), *sink = rand_vec((size_t)H, 2.0f);
+    float *q = t_rand_vec((size_t)(M * H * d), 1.0f), *kv = t_rand_vec((size_t)(M * d), 1.0f), *sink = t_rand_vec((size_t)H, 2.0f);
     int32_t *sel = xmalloc((size_t)(M * K) * 4);
-    for (int i = 0; i < M * K; i++) sel[i] = rnd() % 7 == 0 ? -1 : (int32_t)(rnd() % 190); /* within every pool */
+    for (int i = 0; i < M * K; i++) sel[i] = t_rnd() % 7 == 0 ? -1 : (int32_t)(t_rnd() % 190); /* within every pool */
     pair_t tq = putf(q, M, H * d), tk = putf(kv, M, d), ts = putf(sink, 1, H), tsel = puti(sel, M, K);
     pair_t rings[M + 2], pools[M + 2];
     bk_span_t gs[M + 2], cs[M + 2];
     for (int i = 0; i < ns; i++) {
-        float *r = rand_vec((size_t)(W * d), 1.0f), *p = rand_vec((size_t)(np * d), 1.0f);
+        float *r = t_rand_vec((size_t)(W * d), 1.0f), *p = t_rand_vec((size_t)(np * d), 1.0f);
         rings[i] = putf(r, W, d), pools[i] = putf(p, np, d);
         int64_t vis = np - 11 * i; /* pools of several lengths */
         gs[i] = cs[i] = sp[i];
@@ -610,7 +546,7 @@ static void test_batched_forms(void) {
         pair_t o = out2(BK_F32, M, H * d), o1 = out2(BK_F32, M, H * d);
         gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.05f, tk.g, W, gs, ns, &tsel.g);
         for (int i = 0; i < ns; i++) gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.05f, tk.g, W, gs + i, 1, &tsel.g);
-        float *u = get(gpu, o.g), *v = get(gpu, o1.g);
+        float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
         int diff = 0;
         for (int i = 0; i < ns; i++)
             if (gs[i].n == 1) diff += memcmp(u + gs[i].r0 * H * d, v + gs[i].r0 * H * d, (size_t)(H * d) * 4) != 0;
@@ -620,7 +556,7 @@ static void test_batched_forms(void) {
     }
     /* indexer_spans: each span its own keys; equal to the one-span calls on the same backend */
     int Hi = 8, di = 64, KB = 6, KI = 16, bsz = 4;
-    float *iq = rand_vec((size_t)(M * Hi * di), 1.0f), *iw = rand_vec((size_t)(M * Hi), 1.0f);
+    float *iq = t_rand_vec((size_t)(M * Hi * di), 1.0f), *iw = t_rand_vec((size_t)(M * Hi), 1.0f);
     pair_t tiq = putf(iq, M, Hi * di), tiw = putf(iw, M, Hi);
     for (int i = 0; i < ns; i++) {
         gs[i].keys = bk_cols(bk_rows(pools[i].g, 0, 150 - 9 * i), 0, di), cs[i].keys = bk_cols(bk_rows(pools[i].c, 0, 150 - 9 * i), 0, di);
@@ -671,7 +607,7 @@ static void expert_ref(const weight_t *w, bool quant, const float *x, int D, int
         double g = 0, u = 0;
         for (int c = 0; c < D; c++) {
             double xv = quant ? bf16_round(x[c]) : x[c];
-            g += (double)w[0].dense[i * D + c] * xv, u += (double)w[2].dense[i * D + c] * xv;
+            g += (double)w[0].host.dense[i * D + c] * xv, u += (double)w[2].host.dense[i * D + c] * xv;
         }
         if (limit > 0) g = fmin(g, limit), u = fmax(fmin(u, limit), -limit);
         h[i] = weight * (g / (1 + exp(-g)) * u);
@@ -679,7 +615,7 @@ static void expert_ref(const weight_t *w, bool quant, const float *x, int D, int
     }
     for (int d = 0; d < D; d++) {
         double y = 0;
-        for (int i = 0; i < I; i++) y += (double)w[1].dense[d * I + i] * h[i];
+        for (int i = 0; i < I; i++) y += (double)w[1].host.dense[d * I + i] * h[i];
         acc[d] += y;
     }
     free(h);
@@ -697,14 +633,14 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
     }
     sh[0] = make_weight(sk, I, D, 32), sh[1] = make_weight(sk, D, I, 32), sh[2] = make_weight(sk, I, D, 32);
     shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g}, shc = (bk_expert_t){sh[0].c, sh[1].c, sh[2].c};
-    float *x = rand_vec((size_t)(m * D), 2.0f), *wt = rand_vec((size_t)(m * k), 1.0f);
+    float *x = t_rand_vec((size_t)(m * D), 2.0f), *wt = t_rand_vec((size_t)(m * k), 1.0f);
     int32_t *idx = xmalloc((size_t)(m * k) * 4);
     for (int r = 0; r < m; r++)
         for (int s = 0; s < k; s++) {
             int32_t e;
             bool dup;
             do { /* distinct experts per row, as the router gives */
-                e = (int32_t)(rnd() % (uint64_t)E);
+                e = (int32_t)(t_rnd() % (uint64_t)E);
                 dup = false;
                 for (int t = 0; t < s; t++) dup |= idx[r * k + t] == e;
             } while (dup);
@@ -719,7 +655,7 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
         poison(o.g);
         gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, exg, E, with_shared ? &shg : NULL, limit);
         cpu->moe(cpu, o.c, tx.c, ti.c, tw.c, exc, E, with_shared ? &shc : NULL, limit);
-        float *g = get(gpu, o.g), *c = get(cpu, o.c);
+        float *g = t_download(gpu, o.g), *c = t_download(cpu, o.c);
         /* the reference with the tensor cores' bf16 roundings or without (CUDA cores), for the routed
          * and the shared experts (dense) each */
         double e = INFINITY;
@@ -732,9 +668,9 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
                 if (with_shared) expert_ref(sh, sk != WQ_F32 && (round & 2), x + r * D, D, I, 1.0, limit, ref + r * D);
             }
             for (int i = 0; i < m * D; i++) reff[i] = (float)ref[i];
-            e = fmin(e, max_err(g, reff, (size_t)(m * D)));
+            e = fmin(e, t_max_err(g, reff, (size_t)(m * D)));
         }
-        double l2 = rel_l2(g, c, (size_t)(m * D));
+        double l2 = t_rel_l2(g, c, (size_t)(m * D));
         CHECKF(e <= (quant ? 5e-3 : 1e-4), "moe m %d D %d I %d E %d limit %g: error %.3g vs the reference with the same roundings",
                m, D, I, E, limit, e);
         /* bf16 activations against fp32 ones: a value rounded across the clamp moves an output by
@@ -781,7 +717,7 @@ static void test_moe_batch_invariance(void) {
     }
     for (int j = 0; j < 3; j++) sh[j] = make_weight(WQ_FP8, j == 1 ? D : I, j == 1 ? I : D, 32);
     shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g};
-    float *x = rand_vec(M * D, 2.0f), *wt = rand_vec(M * K, 1.0f);
+    float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
     int32_t idx[M * K];
     for (int r = 0; r < M; r++)
         for (int k = 0; k < K; k++) idx[r * K + k] = (int32_t)((r * 5 + k * 3 + (r % 4)) % E); /* distinct within a row */
@@ -792,7 +728,7 @@ static void test_moe_batch_invariance(void) {
         for (int r = 0; r < M; r++)
             gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex, E, &shg,
                      lim ? 0.7f : 0.0f);
-        float *u = get(gpu, o.g), *v = get(gpu, o1.g);
+        float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
         for (int r = 0; r < M; r++) diff += memcmp(u + r * D, v + r * D, D * 4) != 0;
         free(u), free(v);
     }
@@ -806,7 +742,7 @@ static void test_moe_batch_invariance(void) {
 
 /* ---- memory ops, graphs ------------------------------------------------------------------------------ */
 static void test_views_and_copy(void) {
-    float *a = rand_vec(6 * 10, 1.0f);
+    float *a = t_rand_vec(6 * 10, 1.0f);
     pair_t t = putf(a, 6, 10), u = out2(BK_F32, 3, 4);
     gpu->copy(gpu, u.g, bk_cols(bk_rows(t.g, 2, 3), 5, 4));
     cpu->copy(cpu, u.c, bk_cols(bk_rows(t.c, 2, 3), 5, 4));
@@ -816,7 +752,7 @@ static void test_views_and_copy(void) {
     cpu->upload(cpu, bk_cols(bk_rows(t.c, 1, 2), 4, 3), part);
     compare(t, 0, "upload into a view");
     bk_tensor_t z = gpu->alloc(gpu, BK_F32, 5, 7);
-    float *zv = get(gpu, z);
+    float *zv = t_download(gpu, z);
     int nz = 0;
     for (int i = 0; i < 35; i++) nz += zv[i] != 0.0f;
     CHECK_EQ(nz, 0); /* alloc zero-fills, also when it reuses a cached block */
@@ -829,10 +765,10 @@ static void test_views_and_copy(void) {
  * update): the same numbers as eager execution. */
 static void test_graph(void) {
     weight_t w = make_weight(WQ_FP8, 96, 128, 32);
-    float *norm = rand_vec(96, 1.0f);
+    float *norm = t_rand_vec(96, 1.0f);
     pair_t tn = putf(norm, 1, 96);
     for (int round = 0; round < 3; round++) {
-        float *x = rand_vec(4 * 128, 1.0f), eager[4 * 96], graph[4 * 96];
+        float *x = t_rand_vec(4 * 128, 1.0f), eager[4 * 96], graph[4 * 96];
         for (int mode = 0; mode < 2; mode++) {
             if (mode) backend_cuda_graph_begin(gpu);
             bk_tensor_t tx = gpu->alloc(gpu, BK_F32, 4, 128), o = gpu->alloc(gpu, BK_F32, 4, 96);
@@ -853,8 +789,9 @@ static void test_graph(void) {
 
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
-    printf("seed %llu (DI_TEST_SEED repeats it)\n", (unsigned long long)rng_state);
+    uint64_t s = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
+    t_seed(s);
+    printf("seed %llu (DI_TEST_SEED repeats it)\n", (unsigned long long)s);
     char err[256];
     gpu = backend_cuda_create(0, err, sizeof err);
     struct {

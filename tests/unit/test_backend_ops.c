@@ -5,6 +5,7 @@
  * checked op by op by running these cases against it. */
 #include "backend_cpu.h"
 #include "testlib.h"
+#include "testnum.h"
 #include "util.h"
 
 #include <math.h>
@@ -13,21 +14,6 @@
 #include <string.h>
 
 static backend_t *bk, *bk1; /* 3 threads; 1 thread */
-
-/* ---- random data ------------------------------------------------------------------------- */
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float unif(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); } /* [-1, 1) */
-static float *rand_vec(size_t n, float scale) {
-    float *v = xmalloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) v[i] = unif() * scale;
-    return v;
-}
 
 static bk_tensor_t put(backend_t *b, const float *v, int64_t rows, int64_t cols) {
     bk_tensor_t t = b->alloc(b, BK_F32, rows, cols);
@@ -39,11 +25,6 @@ static bk_tensor_t put_i(backend_t *b, const int32_t *v, int64_t rows, int64_t c
     b->upload(b, t, v);
     return t;
 }
-static float *get(backend_t *b, bk_tensor_t t) {
-    float *v = xmalloc((size_t)(t.rows * t.cols) * 4 + 4);
-    b->download(b, v, t);
-    return v;
-}
 
 /* max |a - ref| / max |ref|, over n values */
 static double rel_err(const float *a, const double *ref, size_t n) {
@@ -54,58 +35,22 @@ static double rel_err(const float *a, const double *ref, size_t n) {
 
 #define TOL 2e-5
 
-/* ---- stored weights in every format ------------------------------------------------------- */
-typedef struct {
-    wmat_t m;
-    uint8_t *data, *scale;
-    float *dense; /* dequantized, for the references */
-} weight_t;
-
-static weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols) {
-    weight_t w = {.m = {.kind = kind, .rows = rows, .cols = cols, .block_rows = 1, .block_cols = 32}};
-    size_t n = (size_t)(rows * cols);
-    if (kind == WQ_F32 || kind == WQ_BF16) {
-        float *v = rand_vec(n, 0.5f);
-        w.data = xmalloc(n * 4);
-        for (size_t i = 0; i < n; i++) {
-            if (kind == WQ_F32) memcpy(w.data + 4 * i, &v[i], 4);
-            else {
-                uint16_t h = f32_to_bf16(v[i]);
-                memcpy(w.data + 2 * i, &h, 2);
-            }
-        }
-        free(v);
-    } else {
-        if (kind == WQ_FP8) w.m.block_rows = 32;
-        size_t row_bytes = kind == WQ_FP8 ? (size_t)cols : (size_t)(cols + 1) / 2, ns = wmat_scale_count(rows, cols, w.m.block_rows, 32);
-        w.data = xmalloc(row_bytes * (size_t)rows);
-        for (size_t i = 0; i < row_bytes * (size_t)rows; i++) {
-            uint8_t b = (uint8_t)rnd();
-            w.data[i] = kind == WQ_FP8 && (b & 0x7F) == 0x7F ? b ^ 1 : b; /* no NaN codes */
-        }
-        w.scale = xmalloc(ns);
-        for (size_t i = 0; i < ns; i++) w.scale[i] = (uint8_t)(120 + rnd() % 8);
-    }
-    w.m.data = w.data;
-    w.m.scale = w.scale;
-    w.dense = xmalloc(n * 4);
-    wmat_rows(&w.m, 0, rows, w.dense);
-    return w;
+/* ---- stored weights in every format: dense FP8 in 32 x 32 blocks --------------------------- */
+static t_weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols) {
+    return t_weight_random(kind, rows, cols, kind == WQ_FP8 ? 32 : 1);
 }
-
-static void free_weight(weight_t *w) { free(w->data), free(w->scale), free(w->dense); }
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 static void test_matmul(void) {
     wq_kind_t kinds[] = {WQ_F32, WQ_BF16, WQ_FP8, WQ_FP4};
     for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
         int64_t R = 77, C = 45, m = 70, row0 = 13, n_out = 50;
-        weight_t w = make_weight(kinds[k], R, C);
+        t_weight_t w = make_weight(kinds[k], R, C);
         bk_weight_t *bw = bk->bind(bk, &w.m), *bw1 = bk1->bind(bk1, &w.m);
-        float *x = rand_vec((size_t)(m * C), 1.0f);
+        float *x = t_rand_vec((size_t)(m * C), 1.0f);
         bk_tensor_t tx = put(bk, x, m, C), out = bk->alloc(bk, BK_F32, m, n_out);
         bk->matmul(bk, out, tx, bw, row0);
-        float *got = get(bk, out);
+        float *got = t_download(bk, out);
         double *ref = xmalloc((size_t)(m * n_out) * 8);
         for (int64_t t = 0; t < m; t++)
             for (int64_t o = 0; o < n_out; o++) {
@@ -117,22 +62,22 @@ static void test_matmul(void) {
         /* one row at a time, into a column view, on one thread: the same bits */
         bk_tensor_t wide = bk1->alloc(bk1, BK_F32, 1, n_out + 7), tx1 = put(bk1, x + 3 * C, 1, C);
         bk1->matmul(bk1, bk_cols(wide, 5, n_out), tx1, bw1, row0);
-        float *one = get(bk1, wide);
+        float *one = t_download(bk1, wide);
         CHECK(!memcmp(one + 5, got + 3 * n_out, (size_t)n_out * 4));
         bk->release(bk, &tx), bk->release(bk, &out), bk1->release(bk1, &wide), bk1->release(bk1, &tx1);
         bk->unbind(bk, bw), bk1->unbind(bk1, bw1);
         free(x), free(got), free(ref), free(one);
-        free_weight(&w);
+        t_weight_free(&w);
     }
 }
 
 static void test_gather(void) {
-    weight_t w = make_weight(WQ_FP8, 50, 37);
+    t_weight_t w = make_weight(WQ_FP8, 50, 37);
     bk_weight_t *bw = bk->bind(bk, &w.m);
     int32_t idx[4 * 3] = {0, 49, 7, 3, 3, 3, 12, -1, 50, 22, 41, 1};
     bk_tensor_t ti = put_i(bk, idx, 4, 3), out = bk->alloc(bk, BK_F32, 4, 3 * 37);
     bk->gather(bk, out, bw, ti);
-    float *got = get(bk, out);
+    float *got = t_download(bk, out);
     int bad = 0;
     for (int r = 0; r < 4; r++)
         for (int k = 0; k < 3; k++)
@@ -144,17 +89,17 @@ static void test_gather(void) {
     CHECK_EQ(bad, 0);
     bk->release(bk, &ti), bk->release(bk, &out), bk->unbind(bk, bw);
     free(got);
-    free_weight(&w);
+    t_weight_free(&w);
 }
 
 /* ---- row-wise ops ------------------------------------------------------------------------- */
 static void test_rmsnorm(void) {
     int64_t m = 7, n = 45;
-    float *x = rand_vec((size_t)(m * n), 3.0f), *w = rand_vec((size_t)n, 1.0f);
+    float *x = t_rand_vec((size_t)(m * n), 3.0f), *w = t_rand_vec((size_t)n, 1.0f);
     bk_tensor_t tx = put(bk, x, m, n), tw = put(bk, w, 1, n), out = bk->alloc(bk, BK_F32, m, n);
     for (int with = 0; with < 2; with++) {
         bk->rmsnorm(bk, out, tx, with ? &tw : NULL, 1e-20f);
-        float *got = get(bk, out);
+        float *got = t_download(bk, out);
         double ref[7 * 45];
         for (int64_t r = 0; r < m; r++) {
             double ss = 0;
@@ -165,7 +110,7 @@ static void test_rmsnorm(void) {
         free(got);
     }
     bk->rmsnorm(bk, tx, tx, &tw, 1e-20f); /* in place */
-    float *inplace = get(bk, tx), *sep = get(bk, out);
+    float *inplace = t_download(bk, tx), *sep = t_download(bk, out);
     CHECK(!memcmp(inplace, sep, (size_t)(m * n) * 4));
     bk->release(bk, &tx), bk->release(bk, &tw), bk->release(bk, &out);
     free(x), free(w), free(inplace), free(sep);
@@ -173,11 +118,11 @@ static void test_rmsnorm(void) {
 
 static void test_rope(void) {
     int64_t m = 5, hd = 40, heads = 3, half = 8;
-    float *x = rand_vec((size_t)(m * heads * hd), 1.0f), f[8];
+    float *x = t_rand_vec((size_t)(m * heads * hd), 1.0f), f[8];
     for (int p = 0; p < half; p++) f[p] = powf(0.37f, (float)p);
     bk_tensor_t tx = put(bk, x, m, heads * hd), tf = put(bk, f, 1, half);
     bk->rope(bk, tx, (int)hd, tf, 1000, 3, false);
-    float *got = get(bk, tx);
+    float *got = t_download(bk, tx);
     double *ref = xmalloc((size_t)(m * heads * hd) * 8);
     for (int64_t r = 0; r < m; r++)
         for (int64_t h = 0; h < heads; h++)
@@ -194,7 +139,7 @@ static void test_rope(void) {
             }
     CHECK(rel_err(got, ref, (size_t)(m * heads * hd)) < TOL);
     bk->rope(bk, tx, (int)hd, tf, 1000, 3, true); /* the inverse undoes it */
-    float *back = get(bk, tx);
+    float *back = t_download(bk, tx);
     double *orig = xmalloc((size_t)(m * heads * hd) * 8);
     for (int64_t i = 0; i < m * heads * hd; i++) orig[i] = x[i];
     CHECK(rel_err(back, orig, (size_t)(m * heads * hd)) < 1e-6);
@@ -245,7 +190,7 @@ static void test_qat(void) {
     } kinds[] = {{QAT_FP8_UE8M0, 32}, {QAT_FP4_UE8M0, 32}, {QAT_FP4_E4M3, 16}};
     for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
         int m = 6, n = 96;
-        float *x = rand_vec((size_t)(m * n), 1.0f);
+        float *x = t_rand_vec((size_t)(m * n), 1.0f);
         for (int i = 0; i < n; i++) x[n + i] *= 1e-6f;          /* below the amax clamps */
         for (int i = 0; i < 32; i++) x[2 * n + i] = 0.0f;       /* an all-zero block */
         for (int i = 0; i < n; i++) x[3 * n + i] *= 3000.0f;    /* large */
@@ -257,7 +202,7 @@ static void test_qat(void) {
         for (size_t i = 0; i < (size_t)kinds[k].block; i++) x[4 * n + i] = i < nt ? ties[i] : 0.0f;
         bk_tensor_t t = put(bk, x, m, n);
         bk->qat(bk, t, kinds[k].kind, kinds[k].block);
-        float *got = get(bk, t);
+        float *got = t_download(bk, t);
         double *ref = xmalloc((size_t)(m * n) * 8);
         qat_ref(kinds[k].kind, kinds[k].block, x, ref, m * n);
         int bad = 0;
@@ -265,7 +210,7 @@ static void test_qat(void) {
         CHECKF(bad == 0, "qat kind %d: %d values differ from the reference", kinds[k].kind, bad);
         /* quantizing twice changes nothing (what makes the packed state lossless) */
         bk->qat(bk, t, kinds[k].kind, kinds[k].block);
-        float *again = get(bk, t);
+        float *again = t_download(bk, t);
         CHECK(!memcmp(again, got, (size_t)(m * n) * 4));
         bk->release(bk, &t);
         free(x), free(got), free(ref), free(again);
@@ -279,13 +224,13 @@ static void test_qat(void) {
 /* ---- hyper-connections --------------------------------------------------------------------- */
 static void hc_case(int iters) {
     int hc = 4, D = 37, nm = (2 + hc) * hc, m = 3;
-    float *X = rand_vec((size_t)(m * hc * D), 2.0f), *mixes = rand_vec((size_t)(m * nm), 5.0f);
-    float *base = rand_vec((size_t)nm, 0.5f), *scale = rand_vec(3, 1.0f);
+    float *X = t_rand_vec((size_t)(m * hc * D), 2.0f), *mixes = t_rand_vec((size_t)(m * nm), 5.0f);
+    float *base = t_rand_vec((size_t)nm, 0.5f), *scale = t_rand_vec(3, 1.0f);
     float eps = 1e-20f, he = 1e-6f;
     bk_tensor_t tX = put(bk, X, m, hc * D), tm = put(bk, mixes, m, nm), tb = put(bk, base, 1, nm), ts = put(bk, scale, 1, 3);
     bk_tensor_t coef = bk->alloc(bk, BK_F32, m, nm);
     bk->hc_mix(bk, coef, tm, tX, tb, ts, hc, eps, he, iters);
-    float *got = get(bk, coef);
+    float *got = t_download(bk, coef);
     double ref[3 * 24];
     for (int r = 0; r < m; r++) {
         double ss = 0, mm[24], C[4][4];
@@ -321,7 +266,7 @@ static void hc_case(int iters) {
     /* collapse with the pre columns, expand, fill */
     bk_tensor_t out = bk->alloc(bk, BK_F32, m, D), y = put(bk, X, m, D);
     bk->hc_collapse(bk, out, tX, bk_cols(coef, 0, hc), hc);
-    float *col = get(bk, out);
+    float *col = t_download(bk, out);
     double cref[3 * 37];
     for (int r = 0; r < m; r++)
         for (int d = 0; d < D; d++) {
@@ -331,7 +276,7 @@ static void hc_case(int iters) {
         }
     CHECK(rel_err(col, cref, (size_t)(m * D)) < TOL);
     bk->hc_expand(bk, tX, y, coef, hc);
-    float *ex = get(bk, tX);
+    float *ex = t_download(bk, tX);
     double *eref = xmalloc((size_t)(m * hc * D) * 8);
     for (int r = 0; r < m; r++)
         for (int b = 0; b < hc; b++)
@@ -342,7 +287,7 @@ static void hc_case(int iters) {
             }
     CHECK(rel_err(ex, eref, (size_t)(m * hc * D)) < TOL);
     bk->hc_fill(bk, tX, y, hc);
-    float *fill = get(bk, tX);
+    float *fill = t_download(bk, tX);
     int bad = 0;
     for (int r = 0; r < m; r++)
         for (int k = 0; k < hc; k++) bad += memcmp(fill + r * hc * D + k * D, X + r * D, (size_t)D * 4) != 0;
@@ -360,11 +305,11 @@ static void test_hc(void) {
 
 static void test_engram_gate(void) {
     int hc = 4, D = 37, m = 3;
-    float *X = rand_vec((size_t)(m * hc * D), 1.0f), *kv = rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = rand_vec((size_t)(hc * D), 1.5f);
+    float *X = t_rand_vec((size_t)(m * hc * D), 1.0f), *kv = t_rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = t_rand_vec((size_t)(hc * D), 1.5f);
     for (int d = 0; d < D; d++) kv[D + d] = -X[D + d] / (qk[D + d] != 0 ? qk[D + d] : 1); /* a strongly negative dot */
     bk_tensor_t tX = put(bk, X, m, hc * D), tkv = put(bk, kv, m, (hc + 1) * D), tqk = put(bk, qk, hc, D);
     bk->engram_gate(bk, tX, tkv, tqk, hc, 1e-20f);
-    float *got = get(bk, tX);
+    float *got = t_download(bk, tX);
     double *ref = xmalloc((size_t)(m * hc * D) * 8);
     for (int r = 0; r < m; r++)
         for (int k = 0; k < hc; k++) {
@@ -383,10 +328,10 @@ static void test_engram_gate(void) {
 static void test_group_pool(void) {
     for (int ratio = 1; ratio <= 3; ratio++) {
         int g = 5, d = 37;
-        float *z = rand_vec((size_t)(g * ratio * d), 1.0f), *s = rand_vec((size_t)(g * ratio * d), 4.0f);
+        float *z = t_rand_vec((size_t)(g * ratio * d), 1.0f), *s = t_rand_vec((size_t)(g * ratio * d), 4.0f);
         bk_tensor_t tz = put(bk, z, g * ratio, d), ts = put(bk, s, g * ratio, d), out = bk->alloc(bk, BK_F32, g, d);
         bk->group_pool(bk, out, tz, ts, ratio);
-        float *got = get(bk, out);
+        float *got = t_download(bk, out);
         double ref[5 * 37];
         for (int j = 0; j < g; j++)
             for (int c = 0; c < d; c++) {
@@ -405,8 +350,8 @@ static void test_group_pool(void) {
 static void test_attention(void) {
     int H = 3, d = 40, W = 5, m = 4, npool = 9, K = 4;
     int64_t pos0 = 12;
-    float *q = rand_vec((size_t)(m * H * d), 1.0f), *ring = rand_vec((size_t)(W * d), 1.0f), *kv = rand_vec((size_t)(m * d), 1.0f);
-    float *pool = rand_vec((size_t)(npool * d), 1.0f), *sink = rand_vec((size_t)H, 2.0f);
+    float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *ring = t_rand_vec((size_t)(W * d), 1.0f), *kv = t_rand_vec((size_t)(m * d), 1.0f);
+    float *pool = t_rand_vec((size_t)(npool * d), 1.0f), *sink = t_rand_vec((size_t)H, 2.0f);
     int32_t sel[4 * 4] = {0, 3, 8, -1, -1, -1, -1, -1, 2, 4, 5, 6, 1, 7, -1, -1};
     bk_tensor_t tq = put(bk, q, m, H * d), tr = put(bk, ring, W, d), tk = put(bk, kv, m, d), tp = put(bk, pool, npool, d);
     bk_tensor_t ts = put(bk, sink, 1, H), tsel = put_i(bk, sel, m, K), out = bk->alloc(bk, BK_F32, m, H * d);
@@ -415,7 +360,7 @@ static void test_attention(void) {
         int64_t win_lo = variant == 1 ? 11 : 0; /* 1: a replay start inside the window */
         bool with_pool = variant != 2;
         bk->attention(bk, out, tq, ts, scale, tr, tk, pos0, W, win_lo, with_pool ? &tp : NULL, with_pool ? &tsel : NULL);
-        float *got = get(bk, out);
+        float *got = t_download(bk, out);
         double *ref = xmalloc((size_t)(m * H * d) * 8);
         for (int r = 0; r < m; r++)
             for (int h = 0; h < H; h++) {
@@ -475,7 +420,7 @@ static void ref_topk(const double *scores, int n, int k, int32_t *out) {
 
 static void test_indexer(void) {
     int Hi = 3, di = 32, nk = 37, K = 5, KB = 3, bs = 4, m = 6;
-    float *q = rand_vec((size_t)(m * Hi * di), 1.0f), *w = rand_vec((size_t)(m * Hi), 1.0f), *keys = rand_vec((size_t)(nk * di), 1.0f);
+    float *q = t_rand_vec((size_t)(m * Hi * di), 1.0f), *w = t_rand_vec((size_t)(m * Hi), 1.0f), *keys = t_rand_vec((size_t)(nk * di), 1.0f);
     for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* two identical keys: a tie */
     float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
     bk_tensor_t tq = put(bk, q, m, Hi * di), tw = put(bk, w, m, Hi), tk = put(bk, keys, nk, di);
@@ -534,7 +479,7 @@ static void test_indexer(void) {
 /* ---- router and experts ------------------------------------------------------------------- */
 static void test_router(void) {
     int m = 5, E = 9, k = 3;
-    float *u = rand_vec((size_t)(m * E), 3.0f), *bias = rand_vec((size_t)E, 0.5f);
+    float *u = t_rand_vec((size_t)(m * E), 3.0f), *bias = t_rand_vec((size_t)E, 0.5f);
     u[0] = u[1] = 30.0f; /* softplus over its threshold, and a tie */
     bias[0] = bias[1] = 0.0f;
     bk_tensor_t tu = put(bk, u, m, E), tb = put(bk, bias, 1, E), idx = bk->alloc(bk, BK_I32, m, k), wt = bk->alloc(bk, BK_F32, m, k);
@@ -571,7 +516,7 @@ static void test_router(void) {
 
 static void test_moe(void) {
     int m = 5, D = 37, I = 19, E = 4, k = 2;
-    weight_t w[4][3], sh[3];
+    t_weight_t w[4][3], sh[3];
     bk_expert_t ex[4], shared;
     for (int e = 0; e < E; e++) {
         wq_kind_t kind = e % 2 ? WQ_FP4 : WQ_F32;
@@ -580,17 +525,17 @@ static void test_moe(void) {
     }
     sh[0] = make_weight(WQ_FP8, I, D), sh[1] = make_weight(WQ_FP8, D, I), sh[2] = make_weight(WQ_FP8, I, D);
     shared = (bk_expert_t){bk->bind(bk, &sh[0].m), bk->bind(bk, &sh[1].m), bk->bind(bk, &sh[2].m)};
-    float *x = rand_vec((size_t)(m * D), 2.0f), wt[5 * 2] = {0.5f, 1.0f, 0.25f, 0.75f, 1.5f, 0.1f, 1, 1, 0.3f, 0.2f};
+    float *x = t_rand_vec((size_t)(m * D), 2.0f), wt[5 * 2] = {0.5f, 1.0f, 0.25f, 0.75f, 1.5f, 0.1f, 1, 1, 0.3f, 0.2f};
     int32_t idx[5 * 2] = {0, 3, 1, 2, 3, 1, 2, 0, 1, 3};
     bk_tensor_t tx = put(bk, x, m, D), ti = put_i(bk, idx, m, k), tw = put(bk, wt, m, k), out = bk->alloc(bk, BK_F32, m, D);
     for (int lim = 0; lim < 2; lim++) {
         float limit = lim ? 0.7f : 0.0f;
         bk->moe(bk, out, tx, ti, tw, ex, E, &shared, limit);
-        float *got = get(bk, out);
+        float *got = t_download(bk, out);
         double ref[5 * 37] = {0};
         for (int r = 0; r < m; r++)
             for (int j = 0; j <= k; j++) {
-                weight_t *e = j < k ? w[idx[r * k + j]] : sh;
+                t_weight_t *e = j < k ? w[idx[r * k + j]] : sh;
                 double a[19], weight = j < k ? wt[r * k + j] : 1.0;
                 for (int i = 0; i < I; i++) {
                     double g = 0, up = 0;
@@ -608,8 +553,8 @@ static void test_moe(void) {
         free(got);
     }
     for (int e = 0; e < E; e++)
-        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
-    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+        for (int j = 0; j < 3; j++) t_weight_free(&w[e][j]);
+    for (int j = 0; j < 3; j++) t_weight_free(&sh[j]);
     for (int e = 0; e < E; e++) bk->unbind(bk, ex[e].w1), bk->unbind(bk, ex[e].w2), bk->unbind(bk, ex[e].w3);
     bk->unbind(bk, shared.w1), bk->unbind(bk, shared.w2), bk->unbind(bk, shared.w3);
     bk->release(bk, &tx), bk->release(bk, &ti), bk->release(bk, &tw), bk->release(bk, &out);
@@ -618,7 +563,7 @@ static void test_moe(void) {
 
 /* ---- memory ops ---------------------------------------------------------------------------- */
 static void test_views_and_copy(void) {
-    float *a = rand_vec(6 * 10, 1.0f);
+    float *a = t_rand_vec(6 * 10, 1.0f);
     bk_tensor_t t = put(bk, a, 6, 10), u = bk->alloc(bk, BK_F32, 3, 4);
     bk->copy(bk, u, bk_cols(bk_rows(t, 2, 3), 5, 4));
     float got[12];
@@ -634,7 +579,7 @@ static void test_views_and_copy(void) {
 
 /* ---- the batched forms: one call over many sequences' rows == the single-sequence ops ---------- */
 static bool same_f32(backend_t *b, bk_tensor_t x, bk_tensor_t y) {
-    float *u = get(b, x), *v = get(b, y);
+    float *u = t_download(b, x), *v = t_download(b, y);
     bool same = !memcmp(u, v, (size_t)(x.rows * x.cols) * 4);
     free(u), free(v);
     return same;
@@ -642,44 +587,44 @@ static bool same_f32(backend_t *b, bk_tensor_t x, bk_tensor_t y) {
 
 static void test_batched_forms(void) {
     /* matmul_grouped: each group as matmul on the views */
-    weight_t w = make_weight(WQ_FP8, 3 * 20, 24);
+    t_weight_t w = make_weight(WQ_FP8, 3 * 20, 24);
     bk_weight_t *bw = bk->bind(bk, &w.m);
-    float *x = rand_vec(5 * 72, 1.0f);
+    float *x = t_rand_vec(5 * 72, 1.0f);
     bk_tensor_t tx = put(bk, x, 5, 72), g1 = bk->alloc(bk, BK_F32, 5, 60), g2 = bk->alloc(bk, BK_F32, 5, 60);
     bk->matmul_grouped(bk, g1, tx, bw, 3);
     for (int g = 0; g < 3; g++) bk->matmul(bk, bk_cols(g2, g * 20, 20), bk_cols(tx, g * 24, 24), bw, g * 20);
     CHECK(same_f32(bk, g1, g2));
-    float *got = get(bk, g1);
+    float *got = t_download(bk, g1);
     double ref1 = 0; /* and it is the block-diagonal product: row 4, output 47 (group 2) */
     for (int i = 0; i < 24; i++) ref1 += (double)x[4 * 72 + 48 + i] * w.dense[47 * 24 + i];
     CHECKF(fabs(got[4 * 60 + 47] - ref1) <= 1e-5 * fmax(1.0, fabs(ref1)), "grouped %g vs %g", got[4 * 60 + 47], ref1);
     bk->release(bk, &tx), bk->release(bk, &g1), bk->release(bk, &g2), bk->unbind(bk, bw);
     free(x), free(got);
-    free_weight(&w);
+    t_weight_free(&w);
 
     /* rope_spans: two sequences' rows at their positions; row 2 belongs to none */
     int64_t hd = 40, half = 8;
-    float f[8], *y = rand_vec(6 * 2 * 40, 1.0f);
+    float f[8], *y = t_rand_vec(6 * 2 * 40, 1.0f);
     for (int p = 0; p < half; p++) f[p] = powf(0.37f, (float)p);
     bk_tensor_t tf = put(bk, f, 1, half), a = put(bk, y, 6, 2 * hd), b = put(bk, y, 6, 2 * hd);
     bk_span_t sp[2] = {{.r0 = 0, .n = 2, .pos0 = 500}, {.r0 = 3, .n = 3, .pos0 = 7}};
     bk->rope_spans(bk, a, (int)hd, tf, sp, 2, 3, false);
     for (int i = 0; i < 2; i++) bk->rope(bk, bk_rows(b, sp[i].r0, sp[i].n), (int)hd, tf, sp[i].pos0, 3, false);
     CHECK(same_f32(bk, a, b));
-    float *ay = get(bk, a);
+    float *ay = t_download(bk, a);
     CHECK(!memcmp(ay + 2 * 2 * hd, y + 2 * 2 * hd, (size_t)(2 * hd) * 4));
     bk->release(bk, &tf), bk->release(bk, &a), bk->release(bk, &b);
     free(y), free(ay);
 
     /* attention_spans and indexer_spans: two sequences, each its ring, pool, keys and position */
     int H = 3, d = 32, W = 4, m = 5, K = 3, Hi = 2;
-    float *q = rand_vec((size_t)(m * H * d), 1.0f), *kv = rand_vec((size_t)(m * d), 1.0f), *sink = rand_vec((size_t)H, 1.0f);
-    float *iq = rand_vec((size_t)(m * Hi * d), 1.0f), *iw = rand_vec((size_t)(m * Hi), 1.0f);
+    float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *kv = t_rand_vec((size_t)(m * d), 1.0f), *sink = t_rand_vec((size_t)H, 1.0f);
+    float *iq = t_rand_vec((size_t)(m * Hi * d), 1.0f), *iw = t_rand_vec((size_t)(m * Hi), 1.0f);
     int32_t sel[5 * 3] = {0, 2, -1, 1, 5, 6, 3, 3, -1, 0, 1, 2, 4, -1, -1};
     bk_tensor_t tq = put(bk, q, m, H * d), tk = put(bk, kv, m, d), ts = put(bk, sink, 1, H), tsel = put_i(bk, sel, m, K);
     bk_tensor_t tiq = put(bk, iq, m, Hi * d), tiw = put(bk, iw, m, Hi), rings[2], pools[2];
     for (int i = 0; i < 2; i++) {
-        float *r = rand_vec((size_t)(W * d), 1.0f), *pl = rand_vec((size_t)(7 * d), 1.0f);
+        float *r = t_rand_vec((size_t)(W * d), 1.0f), *pl = t_rand_vec((size_t)(7 * d), 1.0f);
         rings[i] = put(bk, r, W, d), pools[i] = put(bk, pl, 7, d);
         free(r), free(pl);
     }
@@ -696,7 +641,7 @@ static void test_batched_forms(void) {
                           bk_rows(tk, as[i].r0, as[i].n), as[i].pos0, W, as[i].win_lo, with_pool ? &as[i].pool : NULL,
                           with_pool ? &rs : NULL);
         }
-        float *u = get(bk, o1), *v = get(bk, o2);
+        float *u = t_download(bk, o1), *v = t_download(bk, o2);
         int bad = 0;
         for (int i = 0; i < m * H * d; i++) bad += !(u[i] == v[i] || (isnan(u[i]) && isnan(v[i])));
         CHECK_EQ(bad, 0);
@@ -718,7 +663,7 @@ static void test_batched_forms(void) {
     free(q), free(kv), free(sink), free(iq), free(iw);
 
     /* copy_many: as the copies one by one */
-    float *z = rand_vec(8 * 6, 1.0f);
+    float *z = t_rand_vec(8 * 6, 1.0f);
     bk_tensor_t src = put(bk, z, 8, 6), d1 = bk->alloc(bk, BK_F32, 5, 4), d2 = bk->alloc(bk, BK_F32, 5, 4);
     bk_tensor_t dst[3] = {bk_rows(d1, 0, 2), bk_cols(bk_rows(d1, 2, 3), 1, 3), bk_rows(d1, 4, 0)};
     bk_tensor_t from[3] = {bk_cols(bk_rows(src, 5, 2), 2, 4), bk_cols(bk_rows(src, 0, 3), 0, 3), bk_rows(src, 0, 0)};
