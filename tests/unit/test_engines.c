@@ -19,11 +19,11 @@
 #include "decode_engine.h"
 #include "forward.h"
 #include "grammar.h"
-#include "mkmodel.h"
 #include "prefill_engine.h"
 #include "sampler.h"
 #include "seqstate_io.h"
 #include "testlib.h"
+#include "testmodel.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -606,12 +606,7 @@ static void test_setup(void) { CHECKF(false, "set-up failed: %s", err); }
 static bool make(model_t *m, const char *name, uint64_t seed) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/%s", tmp, name);
-    model_config_t mc;
-    if (mkmodel_config("a", 512, &mc, err, sizeof err)) return false;
-    mc.quantized = true;
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    return !system(cmd) && mkmodel_write(&mc, seed, 1, dir, err, sizeof err) == 0 && model_open(m, dir, bk, NULL, err, sizeof err) == 0;
+    return t_tiny_model(dir, "a", 512, seed, true, err, sizeof err) == 0 && model_open(m, dir, bk, NULL, err, sizeof err) == 0;
 }
 
 int main(void) {
@@ -631,8 +626,6 @@ int main(void) {
         RUN(test_setup);
     }
     bk->destroy(bk);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd)) {}
+    t_remove_tree(tmp);
     return t_finish();
 }

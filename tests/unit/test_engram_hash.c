@@ -5,6 +5,7 @@
 #include "engram_hash.h"
 #include "mkmodel.h"
 #include "testlib.h"
+#include "testmodel.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -125,9 +126,7 @@ static void test_golden_constants_and_rows(void) {
         CHECK_EQ(row_bad, 0);
         engram_hash_free(&h);
     }
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd)) {}
+    t_remove_tree(tmp);
     json_decref(index);
 }
 

@@ -10,9 +10,10 @@
  *  plus refusals: bad token ids, states of another model, corrupt states. */
 #include "backend_cpu.h"
 #include "forward.h"
-#include "mkmodel.h"
 #include "seqstate_io.h"
 #include "testlib.h"
+#include "testmodel.h"
+#include "testnum.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -21,14 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GOLDEN "tests/data/golden"
-
 typedef struct {
     const char *name, *preset;
     int vocab, seed;
     model_t m;
     json_t *index; /* its entry in index.json */
-    int window;
 } cfg_t;
 
 static cfg_t cfgs[2] = {{.name = "tiny-a", .preset = "a", .vocab = 512, .seed = 7},
@@ -39,36 +37,13 @@ static json_t *index_json;
 
 static bool make_model(cfg_t *c, const char *variant, char *dir, size_t n) {
     snprintf(dir, n, "%s/%s-%s", tmp, c->name, variant);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    model_config_t mc;
-    if (system(cmd) || mkmodel_config(c->preset, c->vocab, &mc, err, sizeof err)) return false;
-    mc.quantized = !strcmp(variant, "fp8");
-    return mkmodel_write(&mc, (uint64_t)c->seed, 1, dir, err, sizeof err) == 0;
+    return t_tiny_model(dir, c->preset, c->vocab, (uint64_t)c->seed, !strcmp(variant, "fp8"), err, sizeof err) == 0;
 }
 
-static json_t *config_entry(const char *name) {
-    json_t *list = json_object_get(index_json, "configs"), *e;
-    size_t i;
-    json_array_foreach(list, i, e) if (!strcmp(json_string_value(json_object_get(e, "config")), name)) return e;
-    return NULL;
-}
-
-static uint32_t *sequence(cfg_t *c, const char *which, size_t *n) {
-    json_t *s = json_object_get(json_object_get(c->index, "sequences"), which);
-    *n = json_array_size(s);
-    uint32_t *ids = xmalloc(*n * 4 + 4);
-    for (size_t i = 0; i < *n; i++) ids[i] = (uint32_t)json_integer_value(json_array_get(s, i));
-    return ids;
-}
-
-static float *golden(cfg_t *c, const char *key, size_t want) {
-    char path[256];
-    snprintf(path, sizeof path, GOLDEN "/%s.%s.f32", c->name, key);
-    size_t len = 0;
-    float *v = (float *)read_file(path, &len);
-    CHECKF(v && len == want * 4, "%s: %zu bytes, expected %zu", path, len, want * 4);
-    return v && len == want * 4 ? v : NULL;
+static float *golden(cfg_t *c, const char *key, size_t n) {
+    float *v = t_golden_floats(c->name, key, n * (size_t)c->vocab);
+    CHECKF(v, "golden %s.%s missing or not %zu x %d floats", c->name, key, n, c->vocab);
+    return v;
 }
 
 /* One-shot prefill with every position's logits. */
@@ -82,18 +57,6 @@ static float *run(cfg_t *c, const uint32_t *ids, size_t n, bool qat) {
     return lg;
 }
 
-static double rel_l2(const float *a, const float *b, int V) {
-    double d = 0, s = 0;
-    for (int v = 0; v < V; v++) d += ((double)a[v] - b[v]) * ((double)a[v] - b[v]), s += (double)b[v] * b[v];
-    return sqrt(d / s);
-}
-
-static int argmax(const float *a, int V) {
-    int k = 0;
-    for (int v = 1; v < V; v++) k = a[v] > a[k] ? v : k;
-    return k;
-}
-
 /* ---- (a) QAT off --------------------------------------------------------------------------- */
 static void test_golden_qat_off(void) {
     for (int i = 0; i < 2; i++) {
@@ -101,16 +64,16 @@ static void test_golden_qat_off(void) {
         for (int s = 0; s < 2; s++) {
             const char *seq = s ? "repeat" : "long";
             size_t n;
-            uint32_t *ids = sequence(c, seq, &n);
+            uint32_t *ids = t_golden_sequence(c->index, seq, &n);
             char key[64];
             snprintf(key, sizeof key, "qat_off.%s.logits", seq);
-            float *gold = golden(c, key, n * (size_t)c->vocab), *lg = run(c, ids, n, false);
+            float *gold = golden(c, key, n), *lg = run(c, ids, n, false);
             double worst = 0;
             size_t wpos = 0, agree = 0;
             for (size_t p = 0; gold && p < n; p++) {
-                double r = rel_l2(lg + p * c->vocab, gold + p * c->vocab, c->vocab);
+                double r = t_rel_l2(lg + p * c->vocab, gold + p * c->vocab, c->vocab);
                 if (r > worst) worst = r, wpos = p;
-                agree += argmax(lg + p * c->vocab, c->vocab) == argmax(gold + p * c->vocab, c->vocab);
+                agree += t_argmax(lg + p * c->vocab, c->vocab) == t_argmax(gold + p * c->vocab, c->vocab);
             }
             printf("  %s %s (%zu positions) QAT off vs HF: worst relative L2 %.2e at %zu, argmax %zu/%zu\n", c->name, seq, n,
                    worst, wpos, agree, n);
@@ -129,7 +92,7 @@ static void test_bf16_variant_same_logits(void) {
     CHECK(m16.w.layers[0].attn.wq_a.kind == WQ_BF16 && cfgs[0].m.w.layers[0].attn.wq_a.kind == WQ_FP8);
     CHECK(m16.fingerprint != cfgs[0].m.fingerprint); /* another checkpoint, even if the same numbers */
     size_t n;
-    uint32_t *ids = sequence(&cfgs[0], "repeat", &n);
+    uint32_t *ids = t_golden_sequence(cfgs[0].index, "repeat", &n);
     float *a = run(&cfgs[0], ids, n, true);
     model_t keep = cfgs[0].m;
     cfgs[0].m = m16;
@@ -149,8 +112,8 @@ static void test_golden_qat_on(void) {
     for (int i = 0; i < 2; i++) {
         cfg_t *c = &cfgs[i];
         size_t n;
-        uint32_t *ids = sequence(c, "long", &n);
-        float *ref = golden(c, "qat_on.long.ref64", n * (size_t)c->vocab), *hf = golden(c, "qat_on.long.logits", n * (size_t)c->vocab);
+        uint32_t *ids = t_golden_sequence(c->index, "long", &n);
+        float *ref = golden(c, "qat_on.long.ref64", n), *hf = golden(c, "qat_on.long.logits", n);
         float *lg = run(c, ids, n, true);
         int hf_flip = (int)json_integer_value(json_object_get(json_object_get(json_object_get(c->index, "checks"), "qat_on.long"), "first_flip"));
         /* a flip shows as a jump: before it the fp32-vs-fp64 level, from it on a lasting offset */
@@ -158,13 +121,13 @@ static void test_golden_qat_on(void) {
         double before = 0, after = 0, before_hf = 0;
         size_t agree_ref = 0, agree_hf = 0;
         for (size_t p = 0; ref && hf && p < n; p++) {
-            double r = rel_l2(lg + p * c->vocab, ref + p * c->vocab, c->vocab);
+            double r = t_rel_l2(lg + p * c->vocab, ref + p * c->vocab, c->vocab);
             if (flip < 0 && r > 1e-5) flip = (int)p;
             if (flip < 0) before = fmax(before, r);
             else after = fmax(after, r);
-            if ((int)p < hf_flip) before_hf = fmax(before_hf, rel_l2(lg + p * c->vocab, hf + p * c->vocab, c->vocab));
-            agree_ref += argmax(lg + p * c->vocab, c->vocab) == argmax(ref + p * c->vocab, c->vocab);
-            agree_hf += argmax(lg + p * c->vocab, c->vocab) == argmax(hf + p * c->vocab, c->vocab);
+            if ((int)p < hf_flip) before_hf = fmax(before_hf, t_rel_l2(lg + p * c->vocab, hf + p * c->vocab, c->vocab));
+            agree_ref += t_argmax(lg + p * c->vocab, c->vocab) == t_argmax(ref + p * c->vocab, c->vocab);
+            agree_hf += t_argmax(lg + p * c->vocab, c->vocab) == t_argmax(hf + p * c->vocab, c->vocab);
         }
         printf("  %s QAT on vs fp64 reference: %.2e before the first flip (position %d), %.2e from it on; argmax %zu/%zu\n",
                c->name, before, flip, after, agree_ref, n);
@@ -399,7 +362,7 @@ static void greedy(cfg_t *c, const uint32_t *prompt, int64_t replay, uint32_t *o
     int V = c->vocab;
     CHECK(forward_prompt(st, prompt, REPLAY_PROMPT, replay, 64, FWD_LOGITS_LAST, logits, NULL, err, sizeof err) == 0);
     for (int t = 0; t < REPLAY_GEN; t++) {
-        out[t] = (uint32_t)argmax(logits + (size_t)t * V, V);
+        out[t] = (uint32_t)t_argmax(logits + (size_t)t * V, V);
         if (t + 1 < REPLAY_GEN) CHECK(forward_step(st, out[t], logits + (size_t)(t + 1) * V, err, sizeof err) == 0);
     }
     seqstate_free(st);
@@ -461,13 +424,13 @@ static void test_bounded_replay(void) {
 static void test_setup(void) { CHECKF(false, "set-up failed: %s", err); }
 
 int main(void) {
-    index_json = json_load_file(GOLDEN "/index.json", 0, NULL);
+    index_json = json_load_file(T_GOLDEN "/index.json", 0, NULL);
     bk = backend_cpu_create(0);
     bool ok = index_json != NULL && mkdtemp(tmp) != NULL;
-    if (!ok) snprintf(err, sizeof err, "no " GOLDEN "/index.json or no temporary directory");
+    if (!ok) snprintf(err, sizeof err, "no " T_GOLDEN "/index.json or no temporary directory");
     for (int i = 0; i < 2 && ok; i++) {
         char dir[128];
-        cfgs[i].index = config_entry(cfgs[i].name);
+        cfgs[i].index = t_golden_config(index_json, cfgs[i].name);
         ok = cfgs[i].index && make_model(&cfgs[i], "fp8", dir, sizeof dir) && model_open(&cfgs[i].m, dir, bk, NULL, err, sizeof err) == 0;
     }
     if (ok) {
@@ -486,9 +449,7 @@ int main(void) {
         RUN(test_setup);
     }
     bk->destroy(bk);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd)) {}
+    t_remove_tree(tmp);
     json_decref(index_json);
     return t_finish();
 }

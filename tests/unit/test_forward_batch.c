@@ -8,8 +8,8 @@
  *  plus refusals that leave every state unchanged: a bad token id, a state listed twice. */
 #include "backend_cpu.h"
 #include "forward.h"
-#include "mkmodel.h"
 #include "testlib.h"
+#include "testmodel.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -195,10 +195,8 @@ static void test_setup(void) { CHECKF(false, "set-up failed: %s", err); }
 
 int main(void) {
     bk = backend_cpu_create(2);
-    model_config_t mc;
-    bool ok = mkdtemp(tmp) != NULL && mkmodel_config("a", 512, &mc, err, sizeof err) == 0;
-    mc.quantized = true;
-    ok = ok && mkmodel_write(&mc, 7, 1, tmp, err, sizeof err) == 0 && model_open(&model, tmp, bk, NULL, err, sizeof err) == 0;
+    bool ok = mkdtemp(tmp) != NULL && t_tiny_model(tmp, "a", 512, 7, true, err, sizeof err) == 0 &&
+              model_open(&model, tmp, bk, NULL, err, sizeof err) == 0;
     if (ok) {
         V = (int)model.cfg.vocab_size;
         RUN(test_packed_prefill);
@@ -210,8 +208,6 @@ int main(void) {
         RUN(test_setup);
     }
     bk->destroy(bk);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd)) {}
+    t_remove_tree(tmp);
     return t_finish();
 }

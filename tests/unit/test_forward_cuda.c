@@ -13,9 +13,10 @@
 #include "backend_cpu.h"
 #include "backend_cuda.h"
 #include "forward.h"
-#include "mkmodel.h"
 #include "seqstate_io.h"
 #include "testlib.h"
+#include "testmodel.h"
+#include "testnum.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -24,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GOLDEN "tests/data/golden"
 #define PROMPTS 8
 #define STEPS 64
 
@@ -40,39 +40,6 @@ static cfg_t cfgs[2] = {{.name = "tiny-a", .preset = "a", .vocab = 512, .seed = 
 static char tmp[64] = "/tmp/di-fwdcuda-XXXXXX", err[512];
 static backend_t *gpu, *cpu;
 static json_t *index_json;
-
-static double rel_l2(const float *a, const float *b, int V) {
-    double d = 0, s = 0;
-    for (int v = 0; v < V; v++) {
-        if (isnan(a[v])) return INFINITY;
-        d += ((double)a[v] - b[v]) * ((double)a[v] - b[v]), s += (double)b[v] * b[v];
-    }
-    return sqrt(d / s);
-}
-
-static int argmax(const float *a, int V) {
-    int k = 0;
-    for (int v = 1; v < V; v++) k = a[v] > a[k] ? v : k;
-    return k;
-}
-
-static uint32_t *sequence(cfg_t *c, const char *which, size_t *n) {
-    json_t *s = json_object_get(json_object_get(c->index, "sequences"), which);
-    *n = json_array_size(s);
-    uint32_t *ids = xmalloc(*n * 4 + 4);
-    for (size_t i = 0; i < *n; i++) ids[i] = (uint32_t)json_integer_value(json_array_get(s, i));
-    return ids;
-}
-
-static float *golden(cfg_t *c, const char *key, size_t want) {
-    char path[256];
-    snprintf(path, sizeof path, GOLDEN "/%s.%s.f32", c->name, key);
-    size_t len = 0;
-    float *v = (float *)read_file(path, &len);
-    if (v && len == want * 4) return v;
-    free(v);
-    return NULL;
-}
 
 /* One-shot prefill (in chunks of `chunk`) with every position's logits. */
 static float *run(const model_t *m, const uint32_t *ids, size_t n, bool qat, int64_t chunk) {
@@ -95,10 +62,10 @@ static void agree(const char *what, const float *a, const float *b, size_t n, in
     double worst = 0;
     size_t wpos = 0, same = 0, within = 0;
     for (size_t p = 0; p < n; p++) {
-        double r = rel_l2(a + p * V, b + p * V, V);
+        double r = t_rel_l2(a + p * V, b + p * V, V);
         if (!(r <= worst)) worst = r, wpos = p;
         within += r <= tol;
-        same += argmax(a + p * V, V) == argmax(b + p * V, V);
+        same += t_argmax(a + p * V, V) == t_argmax(b + p * V, V);
     }
     printf("  %-62s worst relative L2 %.2e (position %zu), %zu/%zu within %.0e, argmax %zu/%zu\n", what, worst, wpos, within,
            n, tol, same, n);
@@ -134,11 +101,11 @@ static void test_logits_vs_cpu_and_goldens(void) {
             for (int s = 0; s < 2; s++) {
                 const char *seq = s ? "repeat" : "long";
                 size_t n;
-                uint32_t *ids = sequence(c, seq, &n);
+                uint32_t *ids = t_golden_sequence(c->index, seq, &n);
                 float *cp = run(&c->cm, ids, n, qat, 512);
                 char what[160], key[64];
                 snprintf(key, sizeof key, "qat_%s.%s.logits", qat ? "on" : "off", seq);
-                float *gold = golden(c, key, n * (size_t)c->vocab);
+                float *gold = t_golden_floats(c->name, key, n * (size_t)c->vocab);
                 CHECKF(gold || (qat && s), "%s: golden %s missing", c->name, key);
                 for (size_t md = 0; md < DI_ARRAY_LEN(modes); md++) {
                     backend_cuda_precision(gpu, modes[md].p);
@@ -169,14 +136,14 @@ static void greedy(const model_t *m, const uint32_t *ids, const int *lens, bool 
     for (int p = 0; p < PROMPTS; p++) {
         st[p] = seqstate_new(m, true);
         CHECKF(forward_prompt(st[p], ids, lens[p], -1, 512, FWD_LOGITS_LAST, lg, NULL, err, sizeof err) == 0, "%s", err);
-        next[p] = (uint32_t)argmax(lg, (int)V);
+        next[p] = (uint32_t)t_argmax(lg, (int)V);
     }
     for (int t = 0; t < STEPS; t++) {
         for (int p = 0; p < PROMPTS; p++) out[p][t] = next[p];
         if (batched) CHECK(forward_step_batch(st, next, PROMPTS, lg, err, sizeof err) == 0);
         else
             for (int p = 0; p < PROMPTS; p++) CHECK(forward_step(st[p], next[p], lg + (size_t)p * V, err, sizeof err) == 0);
-        for (int p = 0; p < PROMPTS; p++) next[p] = (uint32_t)argmax(lg + (size_t)p * V, (int)V);
+        for (int p = 0; p < PROMPTS; p++) next[p] = (uint32_t)t_argmax(lg + (size_t)p * V, (int)V);
     }
     for (int p = 0; p < PROMPTS; p++) seqstate_free(st[p]);
     free(lg);
@@ -187,7 +154,7 @@ static void test_greedy_continuations(void) {
     for (int i = 0; i < 2; i++) {
         cfg_t *c = &cfgs[i];
         size_t n;
-        uint32_t *ids = sequence(c, "long", &n);
+        uint32_t *ids = t_golden_sequence(c->index, "long", &n);
         static uint32_t g[PROMPTS][STEPS], cp[PROMPTS][STEPS], gb[PROMPTS][STEPS];
         greedy(&c->cm, ids, lens, false, cp);
         for (size_t md = 0; md < DI_ARRAY_LEN(modes); md++) {
@@ -219,7 +186,7 @@ static void test_greedy_continuations(void) {
 static void test_graph_steps(void) {
     cfg_t *c = &cfgs[0];
     size_t n;
-    uint32_t *ids = sequence(c, "long", &n);
+    uint32_t *ids = t_golden_sequence(c->index, "long", &n);
     int64_t V = c->vocab;
     seqstate_t *a = seqstate_new(&c->gm, true), *b = seqstate_new(&c->gm, true);
     float *la = xmalloc((size_t)V * 4), *lb = xmalloc((size_t)V * 4);
@@ -245,7 +212,7 @@ static void test_chunks_and_state(void) {
     for (int i = 0; i < 2; i++) {
         cfg_t *c = &cfgs[i];
         size_t n;
-        uint32_t *ids = sequence(c, "long", &n);
+        uint32_t *ids = t_golden_sequence(c->index, "long", &n);
         int64_t V = c->vocab;
         float *one = run(&c->gm, ids, n, true, 512), *chunked = run(&c->gm, ids, n, true, 37);
         char what[128];
@@ -271,12 +238,7 @@ static void test_chunks_and_state(void) {
 
 static bool make_model(cfg_t *c, char *dir, size_t n) {
     snprintf(dir, n, "%s/%s", tmp, c->name);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    model_config_t mc;
-    if (system(cmd) || mkmodel_config(c->preset, c->vocab, &mc, err, sizeof err)) return false;
-    mc.quantized = true;
-    return mkmodel_write(&mc, (uint64_t)c->seed, 1, dir, err, sizeof err) == 0;
+    return t_tiny_model(dir, c->preset, c->vocab, (uint64_t)c->seed, true, err, sizeof err) == 0;
 }
 
 int main(void) {
@@ -291,16 +253,12 @@ int main(void) {
     bool ok = gpu != NULL;
     if (ok) {
         cpu = backend_cpu_create(0);
-        index_json = json_load_file(GOLDEN "/index.json", 0, NULL);
+        index_json = json_load_file(T_GOLDEN "/index.json", 0, NULL);
         ok = index_json != NULL && mkdtemp(tmp) != NULL;
-        if (!ok) snprintf(err, sizeof err, "no " GOLDEN "/index.json or no temporary directory");
+        if (!ok) snprintf(err, sizeof err, "no " T_GOLDEN "/index.json or no temporary directory");
         for (int i = 0; i < 2 && ok; i++) {
             char dir[128];
-            json_t *e;
-            size_t k;
-            json_array_foreach(json_object_get(index_json, "configs"), k, e) {
-                if (!strcmp(json_string_value(json_object_get(e, "config")), cfgs[i].name)) cfgs[i].index = e;
-            }
+            cfgs[i].index = t_golden_config(index_json, cfgs[i].name);
             ok = cfgs[i].index && make_model(&cfgs[i], dir, sizeof dir) && model_open(&cfgs[i].gm, dir, gpu, NULL, err, sizeof err) == 0 &&
                  model_open(&cfgs[i].cm, dir, cpu, NULL, err, sizeof err) == 0;
         }
@@ -314,9 +272,7 @@ int main(void) {
     if (gpu) gpu->destroy(gpu);
     if (cpu) cpu->destroy(cpu);
     if (index_json) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        if (system(cmd)) {}
+        t_remove_tree(tmp);
         json_decref(index_json);
     }
     return t_finish();

@@ -3,6 +3,7 @@
 #include "mkmodel.h"
 #include "model_config.h"
 #include "testlib.h"
+#include "testmodel.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -204,9 +205,7 @@ static void test_written_config_round_trip(void) {
         memcpy(back.dspark_targets, c.dspark_targets, sizeof c.dspark_targets);
         CHECKF(!memcmp(&c, &back, sizeof c), "preset %s: config.json does not round-trip", k ? "b" : "a");
     }
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) {}
+    t_remove_tree(dir);
     model_config_t c;
     CHECK(model_config_load("/nonexistent", &c, err, sizeof err) != 0 && strstr(err, "/nonexistent"));
 }

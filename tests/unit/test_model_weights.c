@@ -5,6 +5,7 @@
 #include "model_weights.h"
 #include "safetensors_write.h"
 #include "testlib.h"
+#include "testmodel.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -189,8 +190,6 @@ int main(void) {
     }
     RUN(test_variants_agree);
     RUN(test_bad_checkpoints);
-    char cmd[96];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    if (system(cmd)) {}
+    t_remove_tree(root);
     return t_finish();
 }

@@ -3,6 +3,7 @@
 #include "safetensors.h"
 #include "safetensors_write.h"
 #include "testlib.h"
+#include "testmodel.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -223,8 +224,6 @@ int main(void) {
     RUN(test_files);
     RUN(test_sharded);
     RUN(test_bad_index);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) {}
+    t_remove_tree(dir);
     return t_finish();
 }
