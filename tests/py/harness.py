@@ -1,12 +1,17 @@
-"""Shared bits for the Python tests: paths to the built tools, running pipelines, and the
-check counter that prints the "N passed, N failed" line tests/run sums."""
+"""Shared bits for the Python tests: paths to the built tools, the test data, running
+pipelines, crafted frames, and the check counter that prints the "N passed, N failed" line
+tests/run sums."""
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
+
+import msgpack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, os.environ.get("BIN", "bin"))
@@ -17,6 +22,12 @@ TOKENIZER_JSON = os.path.join(DATA, "tokenizer", "tokenizer.json")
 
 def tool(name):
     return os.path.join(BIN, name)
+
+
+def data_records(name):
+    """The records of tests/data/<name>, a JSON-lines file."""
+    with open(os.path.join(ROOT, "tests", "data", name), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def free_port():
@@ -77,6 +88,26 @@ def json_lines(out):
     return [json.loads(line) for line in out.decode("utf-8").split("\n") if line]
 
 
+def frames(data):
+    """The msgpack frames in a stage's output."""
+    return list(msgpack.Unpacker(io.BytesIO(data), raw=False))
+
+
+def frame_bytes(fs):
+    """Frames (dicts) as the msgpack bytes a stage reads."""
+    return b"".join(msgpack.packb(f, use_bin_type=True) for f in fs)
+
+
+def crafted_frame(upstream, kind, seq, **fields):
+    """A frame as the fake stage `upstream` would write it, in msgpack: its trace hop, and the
+    id r<seq> unless given (an eos frame has none)."""
+    f = {"v": 1, "type": kind, "seq": seq, "trace": [[upstream, 1, 2]]}
+    if kind != "eos":
+        f["id"] = fields.pop("id", f"r{seq}")
+    f.update(fields)
+    return msgpack.packb(f, use_bin_type=True)
+
+
 class Suite:
     def __init__(self):
         self.passed = self.failed = self.skipped = 0
@@ -95,12 +126,26 @@ class Suite:
         self.skipped += 1
         print(f"skip {name} ({why})")
 
-    def run(self, fn):
-        """Runs one test function; an exception counts as its failure."""
+    def run(self, fn, *args):
+        """Runs one test function, fn(suite, *args), and prints its time; an exception counts as
+        its failure."""
+        t0 = time.time()
         try:
-            fn(self)
+            fn(self, *args)
         except Exception:
             self.check(False, fn.__name__, traceback.format_exc())
+        print(f"# {fn.__name__}: {time.time() - t0:.1f} s")
+
+    def case(self, fn):
+        """Runs an assert-style test function now (a decorator): it passes when it returns, fails
+        with its traceback when it raises."""
+        try:
+            fn()
+        except Exception:
+            self.check(False, fn.__name__, traceback.format_exc(limit=3))
+        else:
+            self.check(True, fn.__name__)
+        return fn
 
     def finish(self):
         tail = f", {self.skipped} skipped" if self.skipped else ""

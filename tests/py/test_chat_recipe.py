@@ -21,17 +21,14 @@ import json
 import os
 import random
 import subprocess
-import sys
 import tempfile
 
 from deepseek_recipe import (ChatCompletionRequest, ConversionError, ConversionOptions, DeepseekV41Encoding,
                              DeepseekV4Encoding, ModelVersion, ThinkingInitialStage, Tokenizer)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("BUILD", "build")
-DATA = os.environ.get("DI_DATA", "data")
-DRIVER = os.path.join(ROOT, BUILD, "drivers", "chat_render")
-CASES = os.path.join(ROOT, "tests", "data", "chat_cases.jsonl")
+from harness import BUILD, TOKENIZER_JSON, Suite, data_records, tokenizer_with_v41_system
+
+DRIVER = os.path.join(BUILD, "drivers", "chat_render")
 # More conversations from other seeds: DI_CHAT_SEED=7 DI_CHAT_GENERATED=3000 tests/py/test_chat_recipe.py
 SEED = int(os.environ.get("DI_CHAT_SEED", "20240601"))
 N_GENERATED = int(os.environ.get("DI_CHAT_GENERATED", "400"))
@@ -43,18 +40,6 @@ STAGES = [(ThinkingInitialStage.ReasoningStart, "reasoning_start"),
 
 def stage_name(stage):
     return next((name for s, name in STAGES if stage == s), "none")
-
-passed = failed = skipped = 0
-
-
-def check(ok, name, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: {what}")
-
 
 def byte_ranges(text, ranges):
     """recipe's special ranges are code point offsets; the driver's are byte offsets."""
@@ -89,33 +74,33 @@ def reference(body, tokenizer):
     return out
 
 
-def compare(case, ours, ref):
+def compare(s, case, ours, ref):
     name = case["name"]
     if case.get("expect_error"):
-        check(not ref["ok"] and not ours["ok"], name, f"expected both to reject; recipe ok={ref['ok']}, ours ok={ours['ok']}")
+        s.check(not ref["ok"] and not ours["ok"], name, f"expected both to reject; recipe ok={ref['ok']}, ours ok={ours['ok']}")
         return
     if case.get("refuse") and ref["ok"]:
-        check(not ours["ok"] and "image input is not supported" in ours.get("error", ""), name,
-              f"expected the image refusal, got {ours.get('error') or 'a prompt'}")
+        s.check(not ours["ok"] and "image input is not supported" in ours.get("error", ""), name,
+                f"expected the image refusal, got {ours.get('error') or 'a prompt'}")
         return
     if not ref["ok"]:
-        check(not ours["ok"], name, f"recipe rejects ({ref['error'][:200]}) but the C renderer accepts")
+        s.check(not ours["ok"], name, f"recipe rejects ({ref['error'][:200]}) but the C renderer accepts")
         return
     if not ours["ok"]:
-        check(False, name, f"recipe accepts but the C renderer rejects: {ours['error']}")
+        s.check(False, name, f"recipe accepts but the C renderer rejects: {ours['error']}")
         return
     for key in ref:
         if key == "ids" and "ids" not in ours:
-            check(False, name, f"no ids: {ours.get('ids_error')}")
+            s.check(False, name, f"no ids: {ours.get('ids_error')}")
         elif ours.get(key) != ref[key]:
             a, b = ours.get(key), ref[key]
             if key == "prompt":
                 i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
                 a, b = a[max(0, i - 60):i + 60], b[max(0, i - 60):i + 60]
-            check(False, name, f"{key}: ours {json.dumps(a, ensure_ascii=False)[:400]} != recipe "
-                               f"{json.dumps(b, ensure_ascii=False)[:400]}")
+            s.check(False, name, f"{key}: ours {json.dumps(a, ensure_ascii=False)[:400]} != recipe "
+                                 f"{json.dumps(b, ensure_ascii=False)[:400]}")
             return
-    check(True, name, "")
+    s.check(True, name, "")
 
 
 # ---- generated conversations ---------------------------------------------------------------
@@ -310,13 +295,11 @@ def gen_schema(rng, depth=0):
     return schema
 
 
-def main():
-    global skipped
+def test_against_recipe(s):
     if not os.access(DRIVER, os.X_OK):
-        print(f"FAIL driver {DRIVER} not built")
-        print("0 passed, 1 failed")
-        return 1
-    cases = [json.loads(line) for line in open(CASES, encoding="utf-8") if line.strip()]
+        s.check(False, "driver", f"{DRIVER} not built")
+        return
+    cases = data_records("chat_cases.jsonl")
     rng = random.Random(SEED)
     cases += [{"name": f"generated-{i}", "body": gen_body(rng)} for i in range(N_GENERATED)]
     for i, mutate in enumerate(MUTATIONS):
@@ -349,31 +332,29 @@ def main():
                 "model": "DeepSeek-V4-Pro", "messages": [{"role": "user", "content": "answer"}],
                 "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": schema}}}})
 
-    tok_src = os.path.join(ROOT, DATA, "tokenizer", "tokenizer.json")
     tmp = tempfile.TemporaryDirectory()
     tok_path, tokenizer = None, None
-    if os.path.exists(tok_src):
-        t = json.load(open(tok_src, encoding="utf-8"))
-        t["added_tokens"].append({"id": 129280, "content": "<｜System｜>", "single_word": False, "lstrip": False,
-                                  "rstrip": False, "normalized": False, "special": False})
-        tok_path = os.path.join(tmp.name, "tokenizer.json")
-        json.dump(t, open(tok_path, "w", encoding="utf-8"), ensure_ascii=False)
+    if os.path.exists(TOKENIZER_JSON):
+        tok_path = tokenizer_with_v41_system(tmp.name)
         tokenizer = Tokenizer.from_file(tok_path)
     else:
-        skipped += 1
-        print(f"SKIP token ids: no tokenizer at {tok_src}")
+        s.skip("token ids", f"no tokenizer at {TOKENIZER_JSON}")
 
     lines = "".join(json.dumps(c["body"], ensure_ascii=False) + "\n" for c in cases)
     cmd = [DRIVER] + (["--tokenizer", tok_path] if tok_path else [])
     run = subprocess.run(cmd, input=lines.encode("utf-8"), capture_output=True)
     outs = [json.loads(line) for line in run.stdout.decode("utf-8").splitlines()]
-    check(run.returncode == 0 and len(outs) == len(cases), "driver", f"exit {run.returncode}, {len(outs)} lines for "
-                                                                     f"{len(cases)} cases: {run.stderr.decode()[-500:]}")
+    s.check(run.returncode == 0 and len(outs) == len(cases), "driver", f"exit {run.returncode}, {len(outs)} lines for "
+                                                                       f"{len(cases)} cases: {run.stderr.decode()[-500:]}")
     for case, ours in zip(cases, outs):
-        compare(case, ours, reference(case["body"], tokenizer))
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-    return 1 if failed else 0
+        compare(s, case, ours, reference(case["body"], tokenizer))
+
+
+def main():
+    s = Suite()
+    s.run(test_against_recipe)
+    s.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

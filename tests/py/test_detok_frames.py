@@ -2,13 +2,14 @@
 """di-detok on frames as a decode stage would send them (crafted here with msgpack): answer
 shapes, streaming deltas, input order, stop strings, the account of lost and unfinished
 requests against the origin's ledger, and bad frames on a pipe and on a socket."""
+import functools
 import json
 import subprocess
 
 import msgpack
 from tokenizers import Tokenizer
 
-from harness import TOKENIZER_JSON, Suite, free_port, json_lines, tool
+from harness import TOKENIZER_JSON, Suite, crafted_frame, free_port, json_lines, tool
 
 TOK = Tokenizer.from_file(TOKENIZER_JSON)
 
@@ -17,12 +18,7 @@ def ids(text):
     return TOK.encode(text, add_special_tokens=False).ids
 
 
-def frame(kind, seq, **fields):
-    f = {"v": 1, "type": kind, "seq": seq, "trace": [["fake-decode", 1, 2]]}
-    if kind != "eos":
-        f["id"] = fields.pop("id", f"r{seq}")
-    f.update(fields)
-    return msgpack.packb(f, use_bin_type=True)
+frame = functools.partial(crafted_frame, "fake-decode")
 
 
 def eos(announced, served, ids_=None):

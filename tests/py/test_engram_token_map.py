@@ -10,41 +10,29 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DATA = os.environ.get("DI_DATA", os.path.join(ROOT, "data"))
-TOK = os.path.join(DATA, "tokenizer", "tokenizer.json")
+from harness import DATA, ROOT, Suite
+from harness import TOKENIZER_JSON as TOK
+
 SCRIPT = os.path.join(ROOT, "scripts", "engram-token-map.py")
-passed = failed = skipped = 0
 
 
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok", what)
-    else:
-        failed += 1
-        print("FAIL", what)
-
-
-def main():
-    global skipped
+def test_token_map(s):
     if not os.path.exists(TOK):
-        check(False, f"{TOK} missing (make data)")
+        s.check(False, f"{TOK} missing (make data)")
         return
     tmp = tempfile.mkdtemp()
     out = os.path.join(tmp, "map.u32")
     r = subprocess.run([sys.executable, SCRIPT, TOK, out, "--expect", "99092"], capture_output=True, text=True)
-    check(r.returncode == 0, "script runs with --expect 99092")
+    s.check(r.returncode == 0, "script runs with --expect 99092")
     m = np.fromfile(out, "<u4") if r.returncode == 0 else np.zeros(0, np.uint32)
-    check(len(m) == 129280, f"129280 entries ({len(m)})")
-    check(len(set(m.tolist())) == 99092, "99092 distinct ids")
+    s.check(len(m) == 129280, f"129280 entries ({len(m)})")
+    s.check(len(set(m.tolist())) == 99092, "99092 distinct ids")
     first_seen = np.maximum.accumulate(m) if len(m) else m
-    check(len(m) > 0 and m[0] == 0 and bool((np.diff(first_seen) <= 1).all()), "ids numbered in first-seen order")
+    s.check(len(m) > 0 and m[0] == 0 and bool((np.diff(first_seen) <= 1).all()), "ids numbered in first-seen order")
     installed = os.path.join(DATA, "tokenizer", "engram_token_map.u32")
-    check(os.path.exists(installed) and np.array_equal(np.fromfile(installed, "<u4"), m), "set-up's data file is this map")
+    s.check(os.path.exists(installed) and np.array_equal(np.fromfile(installed, "<u4"), m), "set-up's data file is this map")
     r = subprocess.run([sys.executable, SCRIPT, TOK, out, "--expect", "99093"], capture_output=True, text=True)
-    check(r.returncode != 0 and "expected 99093" in r.stderr, "--expect refuses another count")
+    s.check(r.returncode != 0 and "expected 99093" in r.stderr, "--expect refuses another count")
     hf_src = os.environ.get("DI_HF_SRC", os.path.join(ROOT, "..", ".ref", "hf_v41"))
     if os.path.exists(os.path.join(hf_src, "deepseek_v41", "modeling_deepseek_v41.py")):
         sys.path.insert(0, os.path.join(ROOT, "tests", "golden"))
@@ -53,12 +41,16 @@ def main():
 
         _, mm, _ = hf_loader.load(hf_src)
         lookup, n = mm.build_compressed_token_map(PreTrainedTokenizerFast(tokenizer_file=TOK))
-        check(n == 99092 and np.array_equal(np.array(lookup, np.uint32), m), "equals transformers' build_compressed_token_map")
+        s.check(n == 99092 and np.array_equal(np.array(lookup, np.uint32), m), "equals transformers' build_compressed_token_map")
     else:
-        skipped += 1
-        print("skip comparison with transformers (no HF deepseek_v41 files)")
+        s.skip("comparison with transformers", "no HF deepseek_v41 files")
 
 
-main()
-print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-sys.exit(1 if failed else 0)
+def main():
+    s = Suite()
+    s.run(test_token_map)
+    s.finish()
+
+
+if __name__ == "__main__":
+    main()

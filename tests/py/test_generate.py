@@ -13,19 +13,17 @@ same library):
      bytes, or cut short on a socket, get an error line each while the rest is served;
   5. the context rule (--context), and memory pressure (a pool smaller than the load);
   plus stop strings (decode stops where the sink cuts), misrouted frames, --device cuda."""
-import io
 import json
 import os
 import random
 import re
 import subprocess
 import tempfile
-import time
 
 import msgpack
 import zmq
 
-from harness import BUILD, DATA, TOKENIZER_JSON, Suite, free_port, json_lines, pipe, tool
+from harness import BUILD, DATA, TOKENIZER_JSON, Suite, frames, free_port, json_lines, pipe, tool
 
 MODEL = os.path.join(DATA, "models", "tiny-v41")
 REF = os.path.join(BUILD, "drivers", "generate_ref")
@@ -34,10 +32,6 @@ VOCAB = 129280
 
 def to_jsonl(reqs):
     return b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in reqs)
-
-
-def frames(data):
-    return list(msgpack.Unpacker(io.BytesIO(data), raw=False))
 
 
 def outputs(decode_out):
@@ -277,7 +271,5 @@ if __name__ == "__main__":
     else:
         for t in (test_greedy_equals_reference, test_batch_invariance, test_refused_states, test_context_rule,
                   test_memory_pressure, test_stop_string, test_misrouted_and_device):
-            start = time.time()
             s.run(t)
-            print(f"  ({t.__name__}: {time.time() - start:.1f} s)")
     s.finish()

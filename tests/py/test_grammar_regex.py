@@ -6,19 +6,14 @@ of tests/data/grammar_regexes.jsonl:
   - outputs made through the token masks with the real V4 vocabulary (random allowed tokens
     by seed, as the model loop will do it) all finish and are PCRE2 full matches;
   - with thinking on, the reasoning is free and the answer still matches."""
-import json
-import os
-
 from grammar_driver import GrammarDriver
-from harness import ROOT, Suite
+from harness import Suite, data_records
 
-CASES_FILE = os.path.join(ROOT, "tests", "data", "grammar_regexes.jsonl")
 SEEDS = list(range(1, 7))
 
 
 def load_cases():
-    with open(CASES_FILE, encoding="utf-8") as f:
-        return [(c["name"], c["regex"], c["match"], c["nomatch"]) for c in map(json.loads, f)]
+    return [(c["name"], c["regex"], c["match"], c["nomatch"]) for c in data_records("grammar_regexes.jsonl")]
 
 
 def test_cases(s, d):
@@ -42,13 +37,9 @@ def test_thinking(s, d):
 
 
 def main():
-    s = Suite()
-    d = GrammarDriver()
+    s, d = Suite(), GrammarDriver()
     for fn in (test_cases, test_thinking):
-        try:
-            fn(s, d)
-        except Exception as e:  # noqa: BLE001 - reported as a failure
-            s.check(False, fn.__name__, repr(e))
+        s.run(fn, d)
     d.close()
     s.finish()
 

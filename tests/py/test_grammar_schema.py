@@ -10,25 +10,16 @@ format checking). For each schema of tests/data/grammar_schemas.jsonl:
 
 Then the same with thinking on (free reasoning, then a valid answer), and json_object."""
 import json
-import os
 
 from jsonschema import Draft202012Validator, FormatChecker
 
 from grammar_driver import GrammarDriver
-from harness import ROOT, Suite
+from harness import Suite, data_records
 
 SEEDS = list(range(1, 7))
-CASES_FILE = os.path.join(ROOT, "tests", "data", "grammar_schemas.jsonl")
-
-
-def load_cases():
-    """(name, schema text, valid instances, invalid instances): the acceptance set, which
-    bench/grammar_bench.c times too."""
-    with open(CASES_FILE, encoding="utf-8") as f:
-        return [(c["name"], c["schema"], c["valid"], c["invalid"]) for c in map(json.loads, f)]
-
-
-CASES = load_cases()
+# (name, schema text, valid instances, invalid instances): the acceptance set, which
+# bench/grammar_bench.c times too.
+CASES = [(c["name"], c["schema"], c["valid"], c["invalid"]) for c in data_records("grammar_schemas.jsonl")]
 
 
 def dumps(x, spaced):
@@ -90,13 +81,9 @@ def test_json_object(s, d):
 
 
 def main():
-    s = Suite()
-    d = GrammarDriver()
+    s, d = Suite(), GrammarDriver()
     for fn in (test_cases, test_thinking, test_json_object):
-        try:
-            fn(s, d)
-        except Exception as e:  # noqa: BLE001 - reported as a failure
-            s.check(False, fn.__name__, repr(e))
+        s.run(fn, d)
     d.close()
     s.finish()
 

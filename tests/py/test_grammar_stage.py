@@ -5,14 +5,12 @@ regex or schema, unsupported keyword, huge or pathological pattern) becomes that
 error frame, code bad_constraint, and nothing else changes; frames without a constraint and
 every other frame type pass through with the stage's trace hop; repeated constraints are
 compiled once; the end of stream is accounted for."""
+import functools
 import json
 import subprocess
-import traceback
-
-import msgpack
 
 from grammar_driver import GrammarDriver
-from harness import Suite, pipe, tool
+from harness import Suite, crafted_frame, frame_bytes, frames, pipe, tool
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
           "required": ["name"]}
@@ -41,12 +39,7 @@ BAD = [
 ]
 
 
-def frame(kind, seq, **fields):
-    f = {"v": 1, "type": kind, "seq": seq, "trace": [["fake-tokenize", 1, 2]]}
-    if kind != "eos":
-        f["id"] = fields.pop("id", f"r{seq}")
-    f.update(fields)
-    return msgpack.packb(f, use_bin_type=True)
+frame = functools.partial(crafted_frame, "fake-tokenize")
 
 
 def request(seq, constraint=None, **extra):
@@ -64,13 +57,7 @@ def eos(n):
 
 def run(data, *args):
     p = subprocess.run([tool("di-grammar"), *args], input=data, capture_output=True, timeout=120)
-    return unpack(p.stdout), p.returncode, p.stderr.decode()
-
-
-def unpack(b):
-    u = msgpack.Unpacker(raw=False)
-    u.feed(b)
-    return list(u)
+    return frames(p.stdout), p.returncode, p.stderr.decode()
 
 
 def test_valid_and_passthrough(s, d):
@@ -97,7 +84,7 @@ def test_valid_and_passthrough(s, d):
     s.check(kinds == ["done", "eos", "error", "request", "request", "request", "request", "tokens"], "every frame type forwarded", kinds)
     e = [f for f in out if f["type"] == "eos"][0]
     s.check(e["announced"] == 6 and e["served"] == 6 and e["sender"].startswith("di-grammar@"), "eos ledger", e)
-    again, rc, err = run(b"".join(msgpack.packb(f, use_bin_type=True) for f in out))
+    again, rc, err = run(frame_bytes(out))
     same = [f.get("constraint") for f in again if f["type"] == "request"] == [f.get("constraint") for f in out if f["type"] == "request"]
     s.check(rc == 0 and same, "a second di-grammar reads the hash and changes nothing", err)
 
@@ -157,13 +144,9 @@ def test_pipeline(s, d):
 
 
 def main():
-    s = Suite()
-    d = GrammarDriver()
+    s, d = Suite(), GrammarDriver()
     for fn in (test_valid_and_passthrough, test_bad_constraints, test_cache_and_stats, test_bad_frames, test_pipeline):
-        try:
-            fn(s, d)
-        except Exception:  # noqa: BLE001 - reported as a failure
-            s.check(False, fn.__name__, traceback.format_exc())
+        s.run(fn, d)
     d.close()
     s.finish()
 

@@ -2,8 +2,6 @@
 """The pipeline contract at its two ends: every non-blank input line of di-tokenize yields
 exactly one output line of di-detok, whatever the line holds, and the rest of the input is
 processed normally."""
-import json
-
 from harness import Suite, json_lines, pipe, tool
 
 GOOD = b'{"id":"good-%d","prompt":"Hello %d, world"}'

@@ -22,17 +22,15 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 from deepseek_recipe import (ChatCompletionRequest, ChatCompletionResponse, ConversionOptions, InferenceChunk,
                              InferenceFinishReason, StreamProcessor, Tokenizer)
 import tokenizers
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-DATA = os.environ.get("DI_DATA", os.path.join(ROOT, "data"))
-BUILD = os.environ.get("BUILD", "build")
-TOKENIZER = os.path.join(DATA, "tokenizer", "tokenizer.json")
-DRIVER = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "drivers", "detok_parse")
+from harness import BUILD, Suite
+from harness import TOKENIZER_JSON as TOKENIZER
+
+DRIVER = os.path.join(BUILD, "drivers", "detok_parse")
 
 D = "｜DSML｜"
 EOS = 1
@@ -300,11 +298,7 @@ def case_ids(hf, case):
     return ids
 
 
-def main():
-    if not os.path.exists(TOKENIZER) or not os.path.exists(DRIVER):
-        print(f"skip response_recipe ({TOKENIZER if not os.path.exists(TOKENIZER) else DRIVER} missing)")
-        print("0 passed, 0 failed, 1 skipped")
-        return 0
+def test_against_recipe(s):
     hf = tokenizers.Tokenizer.from_file(TOKENIZER)
     rtok = Tokenizer.from_file(TOKENIZER)
     cases = build_cases()
@@ -340,11 +334,9 @@ def main():
                           capture_output=True, text=True)
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     if proc.returncode != 0 or len(results) != len(inputs):
-        print(f"driver failed (exit {proc.returncode}): {proc.stderr.strip()[:500]}")
-        print("0 passed, 1 failed")
-        return 1
+        s.check(False, "driver", f"exit {proc.returncode}: {proc.stderr.strip()[:500]}")
+        return
 
-    passed = failed = 0
     for case, inp, want, res in zip(cases, inputs, expected, results):
         problem = None
         if case.shape == "error":
@@ -375,15 +367,18 @@ def main():
                     problem = f"batch line shape: {line}"
             else:
                 problem = check_deltas(res, res["final"])
-        if problem:
-            failed += 1
-            print(f"not ok {case.name}: {problem}\n    text={case.text!r}")
-        else:
-            passed += 1
-            print(f"ok {case.name}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+        s.check(not problem, case.name, f"{problem}\n    text={case.text!r}")
+
+
+def main():
+    s = Suite()
+    missing = [p for p in (TOKENIZER, DRIVER) if not os.path.exists(p)]
+    if missing:
+        s.skip("response_recipe", f"{missing[0]} missing")
+    else:
+        s.run(test_against_recipe)
+    s.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

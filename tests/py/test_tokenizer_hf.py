@@ -11,36 +11,15 @@ import os
 import random
 import re
 import subprocess
-import sys
 import tempfile
-import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, HERE)
-import make_corpus  # noqa: E402
-import tokenizers  # noqa: E402
+import tokenizers
 
-BUILD = os.environ.get("BUILD", "build")
-DRIVER = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "drivers", "tokenize_dump")
-DATA = os.environ.get("DI_DATA", "data")
-TOKENIZER_JSON = os.path.join(DATA if os.path.isabs(DATA) else os.path.join(ROOT, DATA), "tokenizer", "tokenizer.json")
+import make_corpus
+from harness import BUILD, ROOT, TOKENIZER_JSON, Suite
 
-passed = failed = 0
-
-
-def case(fn):
-    global passed, failed
-    try:
-        fn()
-        passed += 1
-        print(f"ok {fn.__name__}")
-    except Exception:
-        failed += 1
-        print(f"not ok {fn.__name__}")
-        traceback.print_exc(limit=3)
-    sys.stdout.flush()
-    return fn
+DRIVER = os.path.join(BUILD, "drivers", "tokenize_dump")
+S = Suite()
 
 
 def run_driver(mode, payload, tokenizer_json=TOKENIZER_JSON):
@@ -117,17 +96,17 @@ def check_both_modes(name, docs):
     stats["bytes"] += sum(len(d.encode()) for d in docs)
 
 
-@case
+@S.case
 def test_corpus_matches_hf():
     check_both_modes("corpus", CORPUS)
 
 
-@case
+@S.case
 def test_code_points_match_hf():
     check_both_modes("code points", CODE_POINT_DOCS)
 
 
-@case
+@S.case
 def test_decode_encode_round_trip():
     docs = CORPUS + CODE_POINT_DOCS[::8]
     for mode in ("encode", "encode-added"):
@@ -136,7 +115,7 @@ def test_decode_encode_round_trip():
         assert not bad, f"{mode}: {len(bad)} documents do not round-trip, first {bad[:5]}"
 
 
-@case
+@S.case
 def test_decode_every_id_matches_hf():
     ids = list(range(HF.get_vocab_size()))
     ours = c_decode([[i] for i in ids])
@@ -145,7 +124,7 @@ def test_decode_every_id_matches_hf():
     assert c_decode([[HF.get_vocab_size()]]) == [None], "an id past the vocabulary is refused"
 
 
-@case
+@S.case
 def test_invalid_utf8_refused():
     raw = b"3\nab\xff" + b"2\n\xc0\x80" + b"3\n\xed\xa0\x80" + b"2\nok"
     ok = " ".join(map(str, HF.encode("ok", add_special_tokens=False).ids))
@@ -165,7 +144,7 @@ def byte_level(data):
     return "".join(char(b) for b in data)
 
 
-@case
+@S.case
 def test_regex_dialect_matches_hf():
     """Split patterns that use the translated parts of Oniguruma's dialect, on a tokenizer
     whose merges join every pair of bytes, so that a piece boundary in another place changes
@@ -213,7 +192,7 @@ def prompt_pieces(encoding, conv):
     return pieces + [(False, prompt[pos:])]
 
 
-@case
+@S.case
 def test_prompt_encoding_matches_deepseek_recipe():
     """deepseek-recipe's prompt encoding: the special ranges of the rendered prompt are their
     tokens, the text between them is plain text (tokenizer_encode). V4.1 renders system
@@ -248,5 +227,4 @@ def test_prompt_encoding_matches_deepseek_recipe():
 
 
 print(f"compared {stats['documents']} documents, {stats['bytes']} bytes, with HF tokenizers {tokenizers.__version__} in both modes")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+S.finish()
