@@ -85,26 +85,12 @@ static void vecset_free(vecset_t *vs)
 /* ---- subset construction --------------------------------------------------------------- */
 
 typedef struct {
-    uint32_t *v;
-    uint32_t n, cap;
-} u32v_t;
-
-static void u32_push(u32v_t *a, uint32_t x)
-{
-    if (a->n == a->cap) {
-        a->cap = a->cap ? 2 * a->cap : 16;
-        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-    }
-    a->v[a->n++] = x;
-}
-
-typedef struct {
     const nfa_t *nfa;
     uint32_t *off;        /* CSR of edges by source state */
     nfa_edge_t *edges;
     uint32_t *stamp;
     uint32_t epoch;
-    u32v_t stack;
+    ids_t stack;
 } nfa_index_t;
 
 static void index_nfa(nfa_index_t *x, const nfa_t *n)
@@ -120,7 +106,7 @@ static void index_nfa(nfa_index_t *x, const nfa_t *n)
     free(pos);
     x->stamp = xcalloc(n->n_states, sizeof *x->stamp);
     x->epoch = 0;
-    x->stack = (u32v_t){0};
+    x->stack = (ids_t){0};
 }
 
 static void index_free(nfa_index_t *x)
@@ -137,14 +123,14 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void sort_u32(u32v_t *a)
+static void sort_u32(ids_t *a)
 {
     if (a->n > 1) qsort(a->v, a->n, sizeof *a->v, cmp_u32);
 }
 
 /* Epsilon closure of seeds into out (sorted). Follows ^ edges only at the start; $ edges
  * only when `at_end` (used for the acceptance test). */
-static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_start, bool at_end, u32v_t *out)
+static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_start, bool at_end, ids_t *out)
 {
     x->epoch++;
     out->n = 0;
@@ -152,17 +138,17 @@ static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_s
     for (uint32_t i = 0; i < n; i++)
         if (x->stamp[seeds[i]] != x->epoch) {
             x->stamp[seeds[i]] = x->epoch;
-            u32_push(&x->stack, seeds[i]);
+            ids_push(&x->stack, seeds[i]);
         }
     while (x->stack.n) {
         uint32_t q = x->stack.v[--x->stack.n];
-        u32_push(out, q);
+        ids_push(out, q);
         for (uint32_t e = x->off[q]; e < x->off[q + 1]; e++) {
             const nfa_edge_t *ed = &x->edges[e];
             bool follow = ed->kind == NE_EPS || (ed->kind == NE_BEGIN && at_start) || (ed->kind == NE_END && at_end);
             if (follow && x->stamp[ed->to] != x->epoch) {
                 x->stamp[ed->to] = x->epoch;
-                u32_push(&x->stack, ed->to);
+                ids_push(&x->stack, ed->to);
             }
         }
     }
@@ -172,7 +158,7 @@ static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_s
 typedef struct {
     dfa_t *d;
     uint32_t cap_states;
-    u32v_t calls_rule, calls_to;
+    ids_t calls_rule, calls_to;
 } dfa_builder_t;
 
 static void dfa_add_state(dfa_builder_t *b)
@@ -195,14 +181,14 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
     /* byte classes: cut at every edge boundary */
     uint8_t cut[257] = {0};
     uint32_t n_rules_used = 0;
-    u32v_t rule_ids = {0};
+    ids_t rule_ids = {0};
     for (uint32_t i = 0; i < n->n_edges; i++) {
         const nfa_edge_t *e = &n->e[i];
         if (e->kind == NE_BYTES) {
             cut[e->lo] = 1;
             cut[e->hi + 1] = 1;
         } else if (e->kind == NE_CALL) {
-            u32_push(&rule_ids, e->rule);
+            ids_push(&rule_ids, e->rule);
         }
     }
     uint32_t k = 0;
@@ -220,15 +206,15 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
     index_nfa(&x, n);
     vecset_t subsets = {0};
     dfa_builder_t b = {d, 0, {0}, {0}};
-    u32v_t cl = {0}, key = {0}, acc = {0};
-    u32v_t *bucket = xcalloc(n_sym, sizeof *bucket);
-    u32v_t touched = {0};
+    ids_t cl = {0}, key = {0}, acc = {0};
+    ids_t *bucket = xcalloc(n_sym, sizeof *bucket);
+    ids_t touched = {0};
     bool added;
 
     /* state 0: the start, keyed with a leading 1 (at the start of the input) */
     closure(&x, &n->start, 1, true, false, &cl);
-    u32_push(&key, 1);
-    for (uint32_t i = 0; i < cl.n; i++) u32_push(&key, cl.v[i]);
+    ids_push(&key, 1);
+    for (uint32_t i = 0; i < cl.n; i++) ids_push(&key, cl.v[i]);
     vecset_intern(&subsets, key.v, key.n, &added);
     dfa_add_state(&b);
     d->start = 0;
@@ -249,8 +235,8 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
                 const nfa_edge_t *ed = &x.edges[e];
                 if (ed->kind == NE_BYTES) {
                     for (uint32_t cls = d->class_of[ed->lo]; cls <= d->class_of[ed->hi]; cls++) {
-                        if (!bucket[cls].n) u32_push(&touched, cls);
-                        u32_push(&bucket[cls], ed->to);
+                        if (!bucket[cls].n) ids_push(&touched, cls);
+                        ids_push(&bucket[cls], ed->to);
                     }
                 } else if (ed->kind == NE_CALL) {
                     uint32_t lo = 0, hi = n_rules_used;
@@ -260,8 +246,8 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
                         else hi = mid;
                     }
                     uint32_t sym = d->n_classes + lo;
-                    if (!bucket[sym].n) u32_push(&touched, sym);
-                    u32_push(&bucket[sym], ed->to);
+                    if (!bucket[sym].n) ids_push(&touched, sym);
+                    ids_push(&bucket[sym], ed->to);
                 }
             }
         }
@@ -271,8 +257,8 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
             closure(&x, bucket[sym].v, bucket[sym].n, false, false, &cl);
             bucket[sym].n = 0;
             key.n = 0;
-            u32_push(&key, 0);
-            for (uint32_t i = 0; i < cl.n; i++) u32_push(&key, cl.v[i]);
+            ids_push(&key, 0);
+            for (uint32_t i = 0; i < cl.n; i++) ids_push(&key, cl.v[i]);
             uint32_t id = vecset_intern(&subsets, key.v, key.n, &added);
             if (added) {
                 if (c->dfa_states + d->n_states >= GRAMMAR_MAX_DFA) {
@@ -284,8 +270,8 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
             if (sym < d->n_classes) {
                 d->next[(size_t)s * d->n_classes + sym] = id;
             } else {
-                u32_push(&b.calls_rule, rule_ids.v[sym - d->n_classes]);
-                u32_push(&b.calls_to, id);
+                ids_push(&b.calls_rule, rule_ids.v[sym - d->n_classes]);
+                ids_push(&b.calls_to, id);
             }
         }
         for (uint32_t t = 0; t < touched.n; t++) bucket[touched.v[t]].n = 0;

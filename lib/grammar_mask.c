@@ -115,20 +115,6 @@ static void plain_depth(const grammar_t *g, uint32_t cap, uint32_t *depth)
 
 /* ---- the walk ---------------------------------------------------------------------------- */
 
-typedef struct {
-    uint32_t *v;
-    uint32_t n, cap;
-} u32list_t;
-
-static void list_push(u32list_t *l, uint32_t x)
-{
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->v = xrealloc(l->v, l->cap * sizeof *l->v);
-    }
-    l->v[l->n++] = x;
-}
-
 static void set_tokens(const grammar_vocab_t *v, const trie_t *t, uint32_t node, uint32_t *bits)
 {
     for (uint32_t id = t->tok[node]; id != G_NONE; id = v->tok_next[id]) bits[id / 32] |= 1u << (id % 32);
@@ -161,7 +147,7 @@ static void walk_flat(const grammar_t *g, const trie_t *t, const uint8_t *plain_
 }
 
 static void walk_stack(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
-                       uint32_t *bits, gnodes_t *nodes, u32list_t *pops, bool *pop_now)
+                       uint32_t *bits, gnodes_t *nodes, ids_t *pops, bool *pop_now)
 {
     gcfg_t at[GRAMMAR_MAX_TOKEN + 1];
     uint32_t mark[GRAMMAR_MAX_TOKEN + 2];
@@ -180,7 +166,7 @@ static void walk_stack(const grammar_t *g, const trie_t *t, const uint8_t *plain
         if (r != STEP_OK) {
             if (r == STEP_POP_BASE) {
                 if (d == 1) *pop_now = true;
-                else list_push(pops, i);
+                else ids_push(pops, i);
             }
             i = t->skip[i];
             continue;
@@ -317,7 +303,7 @@ typedef struct {
     uint32_t **bits;       /* per worker */
     gnodes_t *nodes;       /* per worker */
     tokset_t *sets;        /* per state of the chunk */
-    u32list_t *pops;
+    ids_t *pops;
     state_mask_t *masks;
 } chunk_t;
 
