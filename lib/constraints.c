@@ -78,6 +78,11 @@ int constraints_matcher(constraints_t *c, const frame_t *f, grammar_matcher_t **
     const frame_constraint_t *k = &f->constraint;
     *m = NULL;
     if (k->kind == CONSTRAINT_NONE) return 0;
+    if (!c) {
+        *code = "unsupported";
+        snprintf(err, errlen, "this stage applies no constraints");
+        return -1;
+    }
     c->stats.requests++;
     if (!c->tried) load(c);
     if (!c->vocab) {

@@ -45,8 +45,9 @@ void constraints_free(constraints_t *c);
 
 /* For the request in f: *m = NULL when it has no constraint; else a new matcher at the start
  * of its output. Returns 0, or -1 with *code ("bad_constraint": it does not compile, or its
- * hash is not this stage's; "unsupported": this stage has no vocabulary matching the model)
- * and the reason in err. The first constrained request loads the vocabulary. */
+ * hash is not this stage's; "unsupported": this stage has no vocabulary matching the model, or
+ * c is NULL: a stage that applies no constraints) and the reason in err. The first
+ * constrained request loads the vocabulary. */
 int constraints_matcher(constraints_t *c, const frame_t *f, grammar_matcher_t **m, const char **code, char *err,
                         size_t errlen);
 

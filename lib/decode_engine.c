@@ -79,16 +79,9 @@ bool decode_has_room(const decode_engine_t *d) { return d->n_waiting < (size_t)d
 size_t decode_running(const decode_engine_t *d) { return d->n_run; }
 const decode_stats_t *decode_stats(const decode_engine_t *d) { return &d->stats; }
 
-static void emit(decode_engine_t *d, frame_t *f) {
-    d->o.emit(d->o.ctx, f);
-    frame_free(f);
-}
-
 static void refuse(decode_engine_t *d, const frame_t *f, uint64_t in_us, const char *code, const char *msg) {
-    frame_t e;
-    reply_error(&e, f, d->o.stage, in_us, code, "%s", msg);
     d->stats.errors++;
-    emit(d, &e);
+    reply_refuse(d->o.emit, d->o.ctx, f, d->o.stage, in_us, code, msg);
 }
 
 /* Pool tokens a sequence of T positions may need: up to the last output token it can make. */
@@ -103,11 +96,8 @@ static int64_t reservation(const decode_engine_t *d, const frame_t *f, int64_t T
  * error frame and false. */
 static bool new_matcher(decode_engine_t *d, const frame_t *f, uint64_t in_us, grammar_matcher_t **gm) {
     char msg[1200];
-    const char *code = "unsupported";
-    *gm = NULL;
-    if (f->constraint.kind == CONSTRAINT_NONE) return true;
-    if (!d->o.constraints) snprintf(msg, sizeof msg, "this stage applies no constraints");
-    else if (!constraints_matcher(d->o.constraints, f, gm, &code, msg, sizeof msg)) return true;
+    const char *code;
+    if (!constraints_matcher(d->o.constraints, f, gm, &code, msg, sizeof msg)) return true;
     refuse(d, f, in_us, code, msg);
     return false;
 }
@@ -158,7 +148,7 @@ static void emit_tokens(decode_engine_t *d, seq_t *s, const uint32_t *ids, uint3
         t.has_meta = true;
         frame_meta_copy(&t.meta, &s->f.meta);
     }
-    emit(d, &t);
+    reply_emit(d->o.emit, d->o.ctx, &t);
 }
 
 static void emit_done(decode_engine_t *d, seq_t *s, const char *reason) {
@@ -167,7 +157,7 @@ static void emit_done(decode_engine_t *d, seq_t *s, const char *reason) {
     f.finish_reason = xstrdup(reason);
     f.prompt_tokens = (uint64_t)s->prompt;
     f.completion_tokens = (uint64_t)s->fin.produced;
-    emit(d, &f);
+    reply_emit(d->o.emit, d->o.ctx, &f);
 }
 
 static void release(decode_engine_t *d, seq_t *s) {

@@ -49,16 +49,9 @@ void prefill_free(prefill_engine_t *p) {
     free(p);
 }
 
-static void emit(prefill_engine_t *p, frame_t *f) {
-    p->o.emit(p->o.ctx, f);
-    frame_free(f);
-}
-
 static void refuse(prefill_engine_t *p, const frame_t *req, uint64_t in_us, const char *code, const char *msg) {
-    frame_t e;
-    reply_error(&e, req, p->o.stage, in_us, code, "%s", msg);
     p->stats.errors++;
-    emit(p, &e);
+    reply_refuse(p->o.emit, p->o.ctx, req, p->o.stage, in_us, code, msg);
 }
 
 void prefill_submit(prefill_engine_t *p, frame_t *f, uint64_t in_us) {
@@ -77,10 +70,7 @@ void prefill_submit(prefill_engine_t *p, frame_t *f, uint64_t in_us) {
                  f->n_tokens, (long long)p->o.context, (long long)(p->o.context - 1));
     }
     grammar_matcher_t *gm = NULL;
-    if (!msg[0] && f->constraint.kind != CONSTRAINT_NONE) {
-        if (!p->o.constraints) code = "unsupported", snprintf(msg, sizeof msg, "this stage applies no constraints");
-        else constraints_matcher(p->o.constraints, f, &gm, &code, msg, sizeof msg);
-    }
+    if (!msg[0]) constraints_matcher(p->o.constraints, f, &gm, &code, msg, sizeof msg);
     if (msg[0]) {
         refuse(p, f, in_us, code, msg);
         frame_free(f);
@@ -147,7 +137,7 @@ static void finish_job(prefill_engine_t *p, job_t *j, const float *logits) {
     }
     s.state = bytes.data;
     s.state_len = bytes.len;
-    emit(p, &s);
+    reply_emit(p->o.emit, p->o.ctx, &s);
 }
 
 int64_t prefill_step(prefill_engine_t *p) {

@@ -28,3 +28,15 @@ void reply_error(frame_t *out, const frame_t *req, const char *stage, uint64_t i
         frame_meta_copy(&out->meta, &req->meta);
     }
 }
+
+void reply_emit(frame_emit_fn emit, void *ctx, frame_t *f) {
+    emit(ctx, f);
+    frame_free(f);
+}
+
+void reply_refuse(frame_emit_fn emit, void *ctx, const frame_t *req, const char *stage, uint64_t in_us, const char *code,
+                  const char *msg) {
+    frame_t e;
+    reply_error(&e, req, stage, in_us, code, "%s", msg);
+    reply_emit(emit, ctx, &e);
+}

@@ -18,4 +18,10 @@ void reply_init(frame_t *out, frame_type_t type, const frame_t *req, const char 
 void reply_error(frame_t *out, const frame_t *req, const char *stage, uint64_t in_us, const char *code,
                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* Hands f to emit, then frees it. */
+void reply_emit(frame_emit_fn emit, void *ctx, frame_t *f);
+/* The error frame for req with this code and message, handed to emit. */
+void reply_refuse(frame_emit_fn emit, void *ctx, const frame_t *req, const char *stage, uint64_t in_us, const char *code,
+                  const char *msg);
+
 #endif
