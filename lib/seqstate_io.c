@@ -166,12 +166,35 @@ static bool fail(reader_t *r, const char *fmt, ...) {
     return false;
 }
 
+/* The next n bytes (not yet taken), or NULL when the reader has failed or fewer are left. */
+static const uint8_t *next_bytes(reader_t *r, size_t n, const char *what) {
+    if (r->failed) return NULL;
+    if (n > r->len - r->at) {
+        fail(r, "truncated in %s (%zu bytes needed, %zu left)", what, n, r->len - r->at);
+        return NULL;
+    }
+    return r->p + r->at;
+}
+
 static bool take(reader_t *r, void *dst, size_t n, const char *what) {
-    if (r->failed) return false;
-    if (n > r->len - r->at) return fail(r, "truncated in %s (%zu bytes needed, %zu left)", what, n, r->len - r->at);
-    memcpy(dst, r->p + r->at, n);
+    const uint8_t *src = next_bytes(r, n, what);
+    if (!src) return false;
+    memcpy(dst, src, n);
     r->at += n;
     return true;
+}
+
+/* Takes the `bytes` input bytes v was read from when its n values are finite; else frees v
+ * and fails. */
+static float *take_finite(reader_t *r, float *v, int64_t n, size_t bytes, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) {
+            free(v);
+            fail(r, "%s: value %lld is not finite", what, (long long)i);
+            return NULL;
+        }
+    r->at += bytes;
+    return v;
 }
 
 static uint32_t get_u32(reader_t *r, const char *what) {
@@ -189,21 +212,11 @@ static uint64_t get_u64(reader_t *r, const char *what) {
 /* Reads rows x cols raw fp32 values (NULL on failure). */
 static float *get_floats(reader_t *r, int64_t rows, int64_t cols, const char *what) {
     size_t need = (size_t)(rows * cols) * 4;
-    if (r->failed) return NULL;
-    if (need > r->len - r->at) {
-        fail(r, "truncated in %s (%zu bytes needed, %zu left)", what, need, r->len - r->at);
-        return NULL;
-    }
+    const uint8_t *src = next_bytes(r, need, what);
+    if (!src) return NULL;
     float *v = xmalloc(need + 4);
-    memcpy(v, r->p + r->at, need);
-    for (int64_t i = 0; i < rows * cols; i++)
-        if (!isfinite(v[i])) {
-            free(v);
-            fail(r, "%s: value %lld is not finite", what, (long long)i);
-            return NULL;
-        }
-    r->at += need;
-    return v;
+    memcpy(v, src, need);
+    return take_finite(r, v, rows * cols, need, what);
 }
 
 /* Reads a section of rows x cols into a new float array (NULL on failure). */
@@ -217,12 +230,9 @@ static float *get_section(reader_t *r, section_t sec, bool qat, int64_t rows, in
     if (enc == ENC_F32) return get_floats(r, rows, cols, what);
     packing_t p = packing_of(sec);
     size_t need = packed_row_bytes(p, cols) * (size_t)rows;
-    if (need > r->len - r->at) {
-        fail(r, "truncated in %s (%zu bytes needed, %zu left)", what, need, r->len - r->at);
-        return NULL;
-    }
+    const uint8_t *src = next_bytes(r, need, what);
+    if (!src) return NULL;
     float *v = xmalloc((size_t)(rows * cols + 1) * 4);
-    const uint8_t *src = r->p + r->at;
     for (int64_t row = 0; row < rows; row++) {
         const uint8_t *codes = src + packed_row_bytes(p, cols) * (size_t)row;
         const uint8_t *scales = codes + (p.kind == QAT_FP8_UE8M0 ? cols : cols / 2);
@@ -232,14 +242,7 @@ static float *get_section(reader_t *r, section_t sec, bool qat, int64_t rows, in
             v[row * cols + k] = (p.kind == QAT_FP8_UE8M0 ? e4m3_to_f32(code) : e2m1_to_f32(code)) * s;
         }
     }
-    for (int64_t i = 0; i < rows * cols; i++)
-        if (!isfinite(v[i])) {
-            free(v);
-            fail(r, "%s: value %lld is not finite", what, (long long)i);
-            return NULL;
-        }
-    r->at += need;
-    return v;
+    return take_finite(r, v, rows * cols, need, what);
 }
 
 static void upload_rows(backend_t *bk, bk_tensor_t t, int64_t r0, int64_t n, const float *v) {
