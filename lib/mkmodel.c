@@ -19,14 +19,47 @@
         goto fail;                              \
     } while (0)
 
-static void set_list(int *dst, int *count, const int *src, int n) {
-    memcpy(dst, src, (size_t)n * sizeof *src);
-    *count = n;
-}
+/* What each preset sets (each list with its count); mkmodel_config adds what all of them
+ * share. */
+static const struct {
+    const char *name;
+    model_config_t c;
+} presets[] = {
+    {"a", {.n_layers = 8, .hidden_size = 128, .n_heads = 4, .head_dim = 64, .rope_dim = 16, .q_lora_rank = 64,
+           .o_groups = 2, .o_lora_rank = 32, .swiglu_limit = 1.0, .yarn_original_max_pos = 256, .n_routed_experts = 8,
+           .n_experts_per_tok = 2, .moe_inter = 64, .sliding_window = 16,
+           .n_compress_ratios = 11, .compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 0},
+           .n_kv_sources = 2, .kv_sources = {2, 4}, .n_index_sources = 3, .index_sources = {2, 4, 6},
+           .candidate_source = 4, .candidate_topk_blocks = 3, .candidate_block_size = 4,
+           .index_n_heads = 16, /* many heads: an entry scores exactly 0 (a top-k tie) with p = 2^-heads */
+           .index_head_dim = 32, .index_topk = 8, .n_engram = 2, .engram_layers = {1, 2}, .engram_max_ngram = 4,
+           .engram_n_heads = 2, .engram_head_dim = 32, .engram_vocab_size = 40}},
+    {"b", {.n_layers = 12, .hidden_size = 160, .n_heads = 4, .head_dim = 96, .rope_dim = 32, .q_lora_rank = 80,
+           .o_groups = 4, .o_lora_rank = 24, .swiglu_limit = 0.6, .yarn_original_max_pos = 64, .n_routed_experts = 6,
+           .n_experts_per_tok = 3, .moe_inter = 96, .sliding_window = 24,
+           .n_compress_ratios = 15, .compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0},
+           .n_kv_sources = 3, .kv_sources = {2, 4, 6}, .n_index_sources = 5, .index_sources = {2, 4, 6, 8, 10},
+           .candidate_source = 6, .candidate_topk_blocks = 2, .candidate_block_size = 6, .index_n_heads = 20,
+           .index_head_dim = 64, .index_topk = 6, .n_engram = 2, .engram_layers = {1, 4}, .engram_max_ngram = 3,
+           .engram_n_heads = 3, .engram_head_dim = 64, .engram_vocab_size = 50}},
+    /* mid-size, for CPU benchmarks: the released shape at about 1/4 width */
+    {"m", {.n_layers = 16, .hidden_size = 1024, .n_heads = 16, .head_dim = 128, .rope_dim = 64, .q_lora_rank = 512,
+           .o_groups = 4, .o_lora_rank = 256, .swiglu_limit = 10.0, .yarn_original_max_pos = 256,
+           .n_routed_experts = 16, .n_experts_per_tok = 2, .moe_inter = 256, .sliding_window = 64,
+           .n_compress_ratios = 19, .compress_ratios = {0, 0, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0},
+           .n_kv_sources = 3, .kv_sources = {2, 5, 8}, .n_index_sources = 5, .index_sources = {2, 5, 8, 11, 14},
+           .candidate_source = 8, .candidate_topk_blocks = 4, .candidate_block_size = 32, .index_n_heads = 16,
+           .index_head_dim = 64, .index_topk = 64, .n_engram = 2, .engram_layers = {1, 5}, .engram_max_ngram = 3,
+           .engram_n_heads = 4, .engram_head_dim = 64, .engram_vocab_size = 64}},
+};
 
 int mkmodel_config(const char *preset, int64_t vocab, model_config_t *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     if (vocab < 16 || vocab > MKMODEL_FULL_VOCAB) FAIL("vocabulary size %lld outside [16, %d]", (long long)vocab, MKMODEL_FULL_VOCAB);
+    size_t p = 0;
+    while (p < DI_ARRAY_LEN(presets) && strcmp(presets[p].name, preset)) p++;
+    if (p == DI_ARRAY_LEN(presets)) FAIL("unknown preset \"%s\" (a, b or m)", preset);
+    *c = presets[p].c;
     c->arch = ARCH_DEEPSEEK_V41;
     c->vocab_size = vocab;
     c->n_kv_heads = 1;
@@ -58,101 +91,6 @@ int mkmodel_config(const char *preset, int64_t vocab, model_config_t *c, char *e
     c->image_token_id = vocab > 129264 ? 129264 : -1;
     c->quantized = true;
     c->quant_block_rows = c->quant_block_cols = 32;
-    if (!strcmp(preset, "a")) {
-        static const int ratios[] = {0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 0}, kv[] = {2, 4}, ix[] = {2, 4, 6}, eng[] = {1, 2};
-        c->n_layers = 8;
-        c->hidden_size = 128;
-        c->n_heads = 4;
-        c->head_dim = 64;
-        c->rope_dim = 16;
-        c->q_lora_rank = 64;
-        c->o_groups = 2;
-        c->o_lora_rank = 32;
-        c->swiglu_limit = 1.0;
-        c->yarn_original_max_pos = 256;
-        c->n_routed_experts = 8;
-        c->n_experts_per_tok = 2;
-        c->moe_inter = 64;
-        c->sliding_window = 16;
-        set_list(c->compress_ratios, &c->n_compress_ratios, ratios, 11);
-        set_list(c->kv_sources, &c->n_kv_sources, kv, 2);
-        set_list(c->index_sources, &c->n_index_sources, ix, 3);
-        c->candidate_source = 4;
-        c->candidate_topk_blocks = 3;
-        c->candidate_block_size = 4;
-        c->index_n_heads = 16; /* many heads: an entry scores exactly 0 (a top-k tie) with p = 2^-heads */
-        c->index_head_dim = 32;
-        c->index_topk = 8;
-        set_list(c->engram_layers, &c->n_engram, eng, 2);
-        c->engram_max_ngram = 4;
-        c->engram_n_heads = 2;
-        c->engram_head_dim = 32;
-        c->engram_vocab_size = 40;
-    } else if (!strcmp(preset, "b")) {
-        static const int ratios[] = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0}, kv[] = {2, 4, 6}, ix[] = {2, 4, 6, 8, 10},
-                         eng[] = {1, 4};
-        c->n_layers = 12;
-        c->hidden_size = 160;
-        c->n_heads = 4;
-        c->head_dim = 96;
-        c->rope_dim = 32;
-        c->q_lora_rank = 80;
-        c->o_groups = 4;
-        c->o_lora_rank = 24;
-        c->swiglu_limit = 0.6;
-        c->yarn_original_max_pos = 64;
-        c->n_routed_experts = 6;
-        c->n_experts_per_tok = 3;
-        c->moe_inter = 96;
-        c->sliding_window = 24;
-        set_list(c->compress_ratios, &c->n_compress_ratios, ratios, 15);
-        set_list(c->kv_sources, &c->n_kv_sources, kv, 3);
-        set_list(c->index_sources, &c->n_index_sources, ix, 5);
-        c->candidate_source = 6;
-        c->candidate_topk_blocks = 2;
-        c->candidate_block_size = 6;
-        c->index_n_heads = 20;
-        c->index_head_dim = 64;
-        c->index_topk = 6;
-        set_list(c->engram_layers, &c->n_engram, eng, 2);
-        c->engram_max_ngram = 3;
-        c->engram_n_heads = 3;
-        c->engram_head_dim = 64;
-        c->engram_vocab_size = 50;
-    } else if (!strcmp(preset, "m")) { /* mid-size, for CPU benchmarks: the released shape at about 1/4 width */
-        static const int ratios[] = {0, 0, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}, kv[] = {2, 5, 8},
-                         ix[] = {2, 5, 8, 11, 14}, eng[] = {1, 5};
-        c->n_layers = 16;
-        c->hidden_size = 1024;
-        c->n_heads = 16;
-        c->head_dim = 128;
-        c->rope_dim = 64;
-        c->q_lora_rank = 512;
-        c->o_groups = 4;
-        c->o_lora_rank = 256;
-        c->swiglu_limit = 10.0;
-        c->yarn_original_max_pos = 256;
-        c->n_routed_experts = 16;
-        c->n_experts_per_tok = 2;
-        c->moe_inter = 256;
-        c->sliding_window = 64;
-        set_list(c->compress_ratios, &c->n_compress_ratios, ratios, 19);
-        set_list(c->kv_sources, &c->n_kv_sources, kv, 3);
-        set_list(c->index_sources, &c->n_index_sources, ix, 5);
-        c->candidate_source = 8;
-        c->candidate_topk_blocks = 4;
-        c->candidate_block_size = 32;
-        c->index_n_heads = 16;
-        c->index_head_dim = 64;
-        c->index_topk = 64;
-        set_list(c->engram_layers, &c->n_engram, eng, 2);
-        c->engram_max_ngram = 3;
-        c->engram_n_heads = 4;
-        c->engram_head_dim = 64;
-        c->engram_vocab_size = 64;
-    } else {
-        FAIL("unknown preset \"%s\" (a, b or m)", preset);
-    }
     c->max_position_embeddings = c->yarn_original_max_pos * (int64_t)c->yarn_factor;
     int64_t primes[MC_MAX_ENGRAM][(MC_MAX_NGRAM - 1) * MC_MAX_ENGRAM_HEADS];
     if (engram_primes(c, primes)) FAIL("engram layout out of bounds");
