@@ -2,12 +2,9 @@
 # Every tool in bin/: --help and --version exit 0; misuse (an unknown flag, a flag without
 # its value, a bad number, a missing file, a bad endpoint) exits non-zero with one line on
 # stderr that names the problem.
-set -u
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-bin}
-pass=0 fail=0
+source "$(dirname "$0")/prelude.bash"
 check() {  # name, condition-result
-    if [[ $2 == 0 ]]; then pass=$((pass + 1)); echo "ok $1"; else fail=$((fail + 1)); echo "not ok $1"; fi
+    if [[ $2 == 0 ]]; then ok; echo "ok $1"; else bad "$1"; fi
 }
 one_line_error() {  # tool, expected text, args...
     local tool=$1 want=$2; shift 2
@@ -18,7 +15,7 @@ one_line_error() {  # tool, expected text, args...
 }
 for path in "$BIN"/di-*; do
     t=$(basename "$path")
-    "$path" --help >/tmp/di-help.$$ 2>&1 && grep -q "usage: $t" /tmp/di-help.$$
+    "$path" --help >"$tmp/help" 2>&1 && grep -q "usage: $t" "$tmp/help"
     check "$t --help" $?
     [[ $("$path" --version 2>&1) == "$t "* ]]
     check "$t --version" $?
@@ -31,6 +28,4 @@ one_line_error di-tokenize "bad --out" --out "udp://x:1"
 one_line_error di-detok "tcp endpoints need HOST:PORT" --in "tcp://localhost"
 one_line_error di-detok "do not go together" --stream --ordered
 one_line_error di-tokenize "cannot open --in" --in /nonexistent.jsonl
-rm -f /tmp/di-help.$$
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish

@@ -2,14 +2,7 @@
 # di-prefill --logits: its JSON agrees with the committed HF goldens (top-1 and logit values at
 # every position of a golden sequence), the table and --text work on the default model, and
 # misuse fails with a clear message.
-set -u
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-bin}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/prelude.bash"
 
 "$BIN/di-mkmodel" --out "$tmp/a" --preset a --vocab 512 --seed 7 || bad "di-mkmodel"
 ids=$(python3 -c 'import json; c = json.load(open("tests/data/golden/index.json"))["configs"][0]; print(",".join(map(str, c["sequences"]["repeat"])))')
@@ -45,17 +38,11 @@ else
     echo "skip: default model or token map missing (make; make data)"
 fi
 
-check_err() { # expected message, args...
-    local want=$1; shift
-    if "$BIN/di-prefill" "$@" 2>"$tmp/err" >/dev/null; then bad "accepted: $*"
-    elif grep -q -- "$want" "$tmp/err"; then ok; else bad "unclear error for $*: $(cat "$tmp/err")"; fi
-}
-check_err "is not a token id" --model "$tmp/a" --logits --ids 1,x
-check_err "outside the vocabulary" --model "$tmp/a" --logits --ids 1,512
-check_err "exactly one of --ids or --text" --model "$tmp/a" --logits --ids 1 --text hi
-check_err "go with --logits" --model "$tmp/a" --ids 1
-check_err "device cuda:99: .*CUDA" --model "$tmp/a" --device cuda:99 --logits --ids 1
-check_err "No such file" --model "$tmp/none" --logits --ids 1
+refused "is not a token id" "$BIN/di-prefill" --model "$tmp/a" --logits --ids 1,x
+refused "outside the vocabulary" "$BIN/di-prefill" --model "$tmp/a" --logits --ids 1,512
+refused "exactly one of --ids or --text" "$BIN/di-prefill" --model "$tmp/a" --logits --ids 1 --text hi
+refused "go with --logits" "$BIN/di-prefill" --model "$tmp/a" --ids 1
+refused "device cuda:99: .*CUDA" "$BIN/di-prefill" --model "$tmp/a" --device cuda:99 --logits --ids 1
+refused "No such file" "$BIN/di-prefill" --model "$tmp/none" --logits --ids 1
 "$BIN/di-prefill" --help | grep -q "state frame" && ok || bad "--help does not describe the frame mode"
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish

@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # di-mkmodel must still write, byte for byte, the checkpoints the committed goldens were made
 # from (tests/data/golden/index.json records their sha256), and a bad option must fail cleanly.
-set -u
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-bin}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/prelude.bash"
 rows=$(python3 -c '
 import json
 for c in json.load(open("tests/data/golden/index.json"))["configs"]:
@@ -26,9 +19,6 @@ while read -r name preset vocab seed variant sha mapsha; do
     [[ $got == "$mapsha" ]] && ok || bad "$name $variant: engram_token_map.u32 differs"
 done <<<"$rows"
 [[ -n $rows ]] && ok || bad "no configurations in index.json"
-if "$BIN/di-mkmodel" --out "$tmp/x" --variant fp16 2>"$tmp/err"; then bad "--variant fp16 accepted"
-elif grep -q -- "--variant must be fp8 or bf16" "$tmp/err"; then ok; else bad "unclear error: $(cat "$tmp/err")"; fi
-if "$BIN/di-mkmodel" --out "$tmp/y" --preset z 2>"$tmp/err"; then bad "--preset z accepted"
-elif grep -q "unknown preset" "$tmp/err"; then ok; else bad "unclear error: $(cat "$tmp/err")"; fi
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+refused "--variant must be fp8 or bf16" "$BIN/di-mkmodel" --out "$tmp/x" --variant fp16
+refused "unknown preset" "$BIN/di-mkmodel" --out "$tmp/y" --preset z
+finish
