@@ -136,7 +136,7 @@ FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_FLAGS := -std=c17 -D_GNU_SOURCE -g -O1 -Ilib -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 fuzz: $(FUZZ_BINS)
-build-fuzz/%: tests/fuzz/%.c $(HOST_LIB_SRC) $(wildcard lib/*.h)
+build-fuzz/%: tests/fuzz/%.c $(HOST_LIB_SRC) $(wildcard lib/*.h tests/fuzz/*.h)
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $< $(HOST_LIB_SRC) $(HOST_LDLIBS)
 

@@ -2,17 +2,11 @@
  * Whatever the bytes, the result is either a request with a prompt, which must survive the
  * frame encoding, or an error with a message. Tokenizer: the default (tokenizer.h). */
 #include "request.h"
+#include "tokenizer_once.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static tokenizer_t *load_once(void)
-{
-    static tokenizer_t *t;
-    if (!t) t = tokenizer_load_or_die(NULL);
-    return t;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -20,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     frame_t f;
     char err[512] = "";
     const char *code = NULL;
-    int rc = request_from_line(load_once(), &limits, (const char *)data, size, 3, &f, err, sizeof err, &code);
+    int rc = request_from_line(tokenizer_once(), &limits, (const char *)data, size, 3, &f, err, sizeof err, &code);
     if (rc == 0) {
         if (f.type != FRAME_REQUEST || !f.n_tokens || !f.id) abort();
         buf_t b = {0};

@@ -2,22 +2,16 @@
  * modes and decode back to the same bytes; anything else must be refused, never crash.
  * The tokenizer is the default one (tokenizer.h: $DI_TOKENIZER or data/tokenizer/). */
 #include "tokenizer.h"
+#include "tokenizer_once.h"
 #include "utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static tokenizer_t *load_once(void)
-{
-    static tokenizer_t *t;
-    if (!t) t = tokenizer_load_or_die(NULL);
-    return t;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const tokenizer_t *t = load_once();
+    const tokenizer_t *t = tokenizer_once();
     const char *text = (const char *)data;
     bool valid = utf8_valid(text, size);
     for (int added = 0; added < 2; added++) {
