@@ -36,3 +36,9 @@ class GrammarDriver:
     def close(self):
         self.p.stdin.close()
         self.p.wait(timeout=30)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -151,3 +151,11 @@ class Suite:
         tail = f", {self.skipped} skipped" if self.skipped else ""
         print(f"{self.passed} passed, {self.failed} failed{tail}")
         sys.exit(1 if self.failed else 0)
+
+
+def run_suite(tests, *args):
+    """Runs each test function as fn(suite, *args), then prints the summary and exits."""
+    s = Suite()
+    for fn in tests:
+        s.run(fn, *args)
+    s.finish()

@@ -26,7 +26,7 @@ import tempfile
 from deepseek_recipe import (ChatCompletionRequest, ConversionError, ConversionOptions, DeepseekV41Encoding,
                              DeepseekV4Encoding, ModelVersion, ThinkingInitialStage, Tokenizer)
 
-from harness import BUILD, TOKENIZER_JSON, Suite, data_records, tokenizer_with_v41_system
+from harness import BUILD, TOKENIZER_JSON, data_records, run_suite, tokenizer_with_v41_system
 
 DRIVER = os.path.join(BUILD, "drivers", "chat_render")
 # More conversations from other seeds: DI_CHAT_SEED=7 DI_CHAT_GENERATED=3000 tests/py/test_chat_recipe.py
@@ -350,11 +350,5 @@ def test_against_recipe(s):
         compare(s, case, ours, reference(case["body"], tokenizer))
 
 
-def main():
-    s = Suite()
-    s.run(test_against_recipe)
-    s.finish()
-
-
 if __name__ == "__main__":
-    main()
+    run_suite([test_against_recipe])

@@ -9,7 +9,7 @@ import subprocess
 import msgpack
 from tokenizers import Tokenizer
 
-from harness import TOKENIZER_JSON, Suite, crafted_frame, free_port, json_lines, tool
+from harness import TOKENIZER_JSON, crafted_frame, free_port, json_lines, run_suite, tool
 
 TOK = Tokenizer.from_file(TOKENIZER_JSON)
 
@@ -123,8 +123,5 @@ def test_bad_frames_on_a_socket(s):
 
 
 if __name__ == "__main__":
-    s = Suite()
-    for t in [test_shapes, test_stream_and_stop, test_ordered, test_lost_and_unfinished, test_no_eos,
-              test_bad_frames_on_a_pipe, test_bad_frames_on_a_socket]:
-        s.run(t)
-    s.finish()
+    run_suite([test_shapes, test_stream_and_stop, test_ordered, test_lost_and_unfinished, test_no_eos,
+               test_bad_frames_on_a_pipe, test_bad_frames_on_a_socket])

@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from harness import DATA, ROOT, Suite
+from harness import DATA, ROOT, run_suite
 from harness import TOKENIZER_JSON as TOK
 
 SCRIPT = os.path.join(ROOT, "scripts", "engram-token-map.py")
@@ -46,11 +46,5 @@ def test_token_map(s):
         s.skip("comparison with transformers", "no HF deepseek_v41 files")
 
 
-def main():
-    s = Suite()
-    s.run(test_token_map)
-    s.finish()
-
-
 if __name__ == "__main__":
-    main()
+    run_suite([test_token_map])

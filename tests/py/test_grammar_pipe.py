@@ -42,7 +42,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from tokenizers import Tokenizer
 
 from grammar_driver import GrammarDriver
-from harness import DATA, TOKENIZER_JSON, Suite, data_records, frame_bytes, frames, json_lines, pipe, tool
+from harness import DATA, TOKENIZER_JSON, data_records, frame_bytes, frames, json_lines, pipe, run_suite, tool
 from test_grammar_stage import BAD
 
 MODEL = os.path.join(DATA, "models", "tiny-v41")
@@ -321,16 +321,7 @@ def test_stop_ids(s, d, ctx):
             f"one, {inside} took one as text before; a stop id the grammar needs is text", lines)
 
 
-def main():
-    s = Suite()
-    d = GrammarDriver()
-    ctx = {}
-    for fn in (test_acceptance_set, test_thinking, test_invariance, test_bad_constraints, test_hash_mismatch,
-               test_stop_ids):
-        s.run(fn, d, ctx)
-    d.close()
-    s.finish()
-
-
 if __name__ == "__main__":
-    main()
+    with GrammarDriver() as d:
+        run_suite([test_acceptance_set, test_thinking, test_invariance, test_bad_constraints, test_hash_mismatch,
+                   test_stop_ids], d, {})

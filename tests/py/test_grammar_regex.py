@@ -7,7 +7,7 @@ of tests/data/grammar_regexes.jsonl:
     by seed, as the model loop will do it) all finish and are PCRE2 full matches;
   - with thinking on, the reasoning is free and the answer still matches."""
 from grammar_driver import GrammarDriver
-from harness import Suite, data_records
+from harness import data_records, run_suite
 
 SEEDS = list(range(1, 7))
 
@@ -36,13 +36,6 @@ def test_thinking(s, d):
         s.check(ok, f"{name}: thinking: free reasoning, then a matching answer", g)
 
 
-def main():
-    s, d = Suite(), GrammarDriver()
-    for fn in (test_cases, test_thinking):
-        s.run(fn, d)
-    d.close()
-    s.finish()
-
-
 if __name__ == "__main__":
-    main()
+    with GrammarDriver() as d:
+        run_suite([test_cases, test_thinking], d)

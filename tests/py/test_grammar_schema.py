@@ -14,7 +14,7 @@ import json
 from jsonschema import Draft202012Validator, FormatChecker
 
 from grammar_driver import GrammarDriver
-from harness import Suite, data_records
+from harness import data_records, run_suite
 
 SEEDS = list(range(1, 7))
 # (name, schema text, valid instances, invalid instances): the acceptance set, which
@@ -80,13 +80,6 @@ def test_json_object(s, d):
     s.check(res == [True, True, False, False, False, False], "json_object: accepts objects only", res)
 
 
-def main():
-    s, d = Suite(), GrammarDriver()
-    for fn in (test_cases, test_thinking, test_json_object):
-        s.run(fn, d)
-    d.close()
-    s.finish()
-
-
 if __name__ == "__main__":
-    main()
+    with GrammarDriver() as d:
+        run_suite([test_cases, test_thinking, test_json_object], d)

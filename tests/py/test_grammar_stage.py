@@ -10,7 +10,7 @@ import json
 import subprocess
 
 from grammar_driver import GrammarDriver
-from harness import Suite, crafted_frame, frame_bytes, frames, pipe, tool
+from harness import crafted_frame, frame_bytes, frames, pipe, run_suite, tool
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
           "required": ["name"]}
@@ -143,13 +143,7 @@ def test_pipeline(s, d):
     s.check(all("error" not in res[k] for k in "abd"), "the others are unaffected", res)
 
 
-def main():
-    s, d = Suite(), GrammarDriver()
-    for fn in (test_valid_and_passthrough, test_bad_constraints, test_cache_and_stats, test_bad_frames, test_pipeline):
-        s.run(fn, d)
-    d.close()
-    s.finish()
-
-
 if __name__ == "__main__":
-    main()
+    with GrammarDriver() as d:
+        run_suite([test_valid_and_passthrough, test_bad_constraints, test_cache_and_stats, test_bad_frames,
+                   test_pipeline], d)

@@ -2,7 +2,7 @@
 """The pipeline contract at its two ends: every non-blank input line of di-tokenize yields
 exactly one output line of di-detok, whatever the line holds, and the rest of the input is
 processed normally."""
-from harness import Suite, json_lines, pipe, tool
+from harness import json_lines, pipe, run_suite, tool
 
 GOOD = b'{"id":"good-%d","prompt":"Hello %d, world"}'
 
@@ -97,8 +97,5 @@ def test_batch_shapes(s):
 
 
 if __name__ == "__main__":
-    s = Suite()
-    for t in [test_malformed_lines, test_duplicate_ids, test_blank_lines_and_no_final_newline,
-              test_huge_line_default_limit, test_many_mixed_lines, test_batch_shapes]:
-        s.run(t)
-    s.finish()
+    run_suite([test_malformed_lines, test_duplicate_ids, test_blank_lines_and_no_final_newline,
+               test_huge_line_default_limit, test_many_mixed_lines, test_batch_shapes])

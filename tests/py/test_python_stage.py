@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import ROOT, Suite, free_port, json_lines, pipe, tool
+from harness import ROOT, free_port, json_lines, pipe, run_suite, tool
 
 PY_STAGE = [sys.executable, os.path.join(ROOT, "tests", "py", "py_stage.py")]
 
@@ -95,8 +95,4 @@ def test_worker_dies(s):
 
 
 if __name__ == "__main__":
-    s = Suite()
-    s.run(test_python_sink)
-    s.run(test_fan_out_fan_in)
-    s.run(test_worker_dies)
-    s.finish()
+    run_suite([test_python_sink, test_fan_out_fan_in, test_worker_dies])
