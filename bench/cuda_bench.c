@@ -310,7 +310,7 @@ static void prefill_point(bench_t *b, const model_t *m, int64_t len, int n, bool
         fwd_seq_t *seqs = xcalloc((size_t)n, sizeof *seqs);
         for (int i = 0; i < n; i++) {
             sts[i] = seqstate_new(m, true);
-            seqs[i] = (fwd_seq_t){sts[i], ids + i * len, len, -1, FWD_LOGITS_LAST, logits + (size_t)i * (size_t)c->vocab_size, 0};
+            seqs[i] = (fwd_seq_t){sts[i], ids + i * len, len, -1, FWD_LOGITS_LAST, logits + (size_t)i * (size_t)c->vocab_size, 0, NULL};
         }
         if (rep == 2) backend_cuda_profile(m->bk, true);
         backend_cuda_sync(m->bk);

@@ -190,6 +190,18 @@ cudaError_t k_moe_act(float *h, const float *g, const float *u, const float *wpo
 cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx, int64_t ldi,
                           const float *shared, int64_t m, int k, int64_t D, cudaStream_t s);
 
+/* ---- next-token choice (sample.cu) ------------------------------------------------------------
+ * Row i of the launch picks from logits row rows[i].row: greedy, or temperature sampling with
+ * min-p (min_p <= 0: off) at the uniform number u, among the tokens of the mask at word
+ * mask_off of masks (-1: every token); out[i] = the token, -1 when the mask allows none. */
+typedef struct {
+    double temperature, min_p, u;
+    int64_t row, mask_off;
+    int greedy;
+} pick_row_t;
+cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,
+                   const uint32_t *masks, cudaStream_t s);
+
 /* ---- bench-only synthesis (random_fill.cu) ---------------------------------------------------- */
 cudaError_t k_fill_uniform(float *x, int64_t ld, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed,
                            cudaStream_t s);

@@ -22,6 +22,7 @@
 
 #include "dequant.h"
 #include "qat.h"
+#include "sampler.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -37,6 +38,17 @@ typedef struct {
 typedef struct bk_weight bk_weight_t; /* a bound weight matrix, backend-specific */
 
 typedef struct backend backend_t;
+
+/* One row's next-token choice (the pick op): sampler.h's rules for sp at `position`, among
+ * the tokens of mask (NULL: all); the token goes to *token, the log-probabilities sp asks for
+ * to *lp (may be NULL when sp->logprobs is false). */
+typedef struct {
+    const sampler_params_t *sp;
+    int64_t position;
+    const uint32_t *mask;
+    uint32_t *token;
+    frame_logprob_t *lp;
+} bk_pick_t;
 
 /* Rows [r0, r0+n) and columns [c0, c0+n) of t (no copy). */
 static inline bk_tensor_t bk_rows(bk_tensor_t t, int64_t r0, int64_t n) {
@@ -161,6 +173,11 @@ struct backend {
      * w2 . (silu(min(w1.x, limit)) * clamp(w3.x, -limit, limit)) (no clamp when limit <= 0). */
     void (*moe)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
                 int n_experts, const bk_expert_t *shared, float limit);
+
+    /* ---- sampling ---- */
+    /* Row i of logits (n x vocab) -> rows[i]'s token, exactly as sampler_pick chooses it from
+     * that row on the host; scratch is host scratch for one vocabulary (sampler_new). */
+    void (*pick)(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch);
 };
 
 #endif

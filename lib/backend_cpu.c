@@ -351,6 +351,13 @@ static void cpu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_ten
     for_rows(bk, out.rows, 8 * out.cols * ratio, pool_row, &a);
 }
 
+/* The reference: the host sampler on each row. */
+static void cpu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
+    (void)bk;
+    for (int i = 0; i < n; i++)
+        *rows[i].token = sampler_pick(scratch, rows[i].sp, f32_at(logits, i), rows[i].position, rows[i].mask, rows[i].lp);
+}
+
 backend_t *backend_cpu_create(int threads) {
     if (threads <= 0) threads = tp_default_threads();
     cpu_t *c = xcalloc(1, sizeof *c);
@@ -368,7 +375,7 @@ backend_t *backend_cpu_create(int threads) {
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,
         .group_pool = cpu_group_pool, .attention = cpu_attention, .attention_spans = cpu_attention_spans,
         .indexer_topk = cpu_indexer_topk, .indexer_spans = cpu_indexer_spans,
-        .router = cpu_router, .moe = cpu_moe,
+        .router = cpu_router, .moe = cpu_moe, .pick = cpu_pick,
     };
     return bk;
 }

@@ -36,8 +36,7 @@ struct decode_engine {
     seq_t **run;
     size_t n_run;
     int64_t used;          /* pool tokens reserved by running sequences */
-    sampler_t *sampler;
-    float *logits;         /* max_batch x vocab */
+    sampler_t *sampler;    /* host scratch for the rows the backend samples on the host */
     decode_stats_t stats;
 };
 
@@ -47,7 +46,6 @@ decode_engine_t *decode_new(const decode_opts_t *o) {
     if (d->o.max_batch < 1) d->o.max_batch = 1;
     d->run = xcalloc((size_t)d->o.max_batch, sizeof *d->run);
     d->sampler = sampler_new(o->m->cfg.vocab_size);
-    d->logits = xmalloc((size_t)d->o.max_batch * (size_t)o->m->cfg.vocab_size * sizeof(float));
     return d;
 }
 
@@ -70,7 +68,6 @@ void decode_free(decode_engine_t *d) {
     for (size_t i = 0; i < d->n_run; i++) seq_free(d->run[i]);
     free(d->run);
     sampler_free(d->sampler);
-    free(d->logits);
     free(d);
 }
 
@@ -264,13 +261,21 @@ size_t decode_step(decode_engine_t *d) {
     }
     size_t n = d->n_run;
     if (!n) return moved;
-    int64_t V = d->o.m->cfg.vocab_size;
     seqstate_t **sts = xmalloc(n * sizeof *sts);
-    uint32_t *ids = xmalloc(n * sizeof *ids);
-    for (size_t i = 0; i < n; i++) sts[i] = d->run[i]->st, ids[i] = d->run[i]->last;
+    uint32_t *ids = xmalloc(n * sizeof *ids), *next = xmalloc(n * sizeof *next);
+    bk_pick_t *picks = xmalloc(n * sizeof *picks);
+    frame_logprob_t *lps = xmalloc(n * sizeof *lps);
+    uint64_t *mask_ns = xcalloc(n, sizeof *mask_ns);
+    for (size_t i = 0; i < n; i++) {
+        seq_t *s = d->run[i];
+        sts[i] = s->st, ids[i] = s->last;
+        uint64_t t = now_ns();
+        if (s->gm) grammar_matcher_fill_mask(s->gm, s->mask), mask_ns[i] = now_ns() - t;
+        picks[i] = (bk_pick_t){&s->sp, s->st->T + 1, s->gm ? s->mask : NULL, &next[i], &lps[i]};
+    }
     char err[256];
     uint64_t t0 = now_ns();
-    int rc = forward_step_batch(sts, ids, (int)n, d->logits, err, sizeof err);
+    int rc = forward_step_batch_pick(sts, ids, (int)n, picks, d->sampler, err, sizeof err);
     uint64_t t1 = now_ns();
     d->stats.forward_ns += t1 - t0;
     d->stats.steps++;
@@ -285,14 +290,10 @@ size_t decode_step(decode_engine_t *d) {
             release(d, s);
             continue;
         }
-        frame_logprob_t lp;
-        uint64_t t2 = now_ns();
-        if (s->gm) grammar_matcher_fill_mask(s->gm, s->mask);
-        uint64_t t3 = now_ns();
-        s->last = sampler_pick(d->sampler, &s->sp, d->logits + (size_t)i * (size_t)V, s->st->T, s->gm ? s->mask : NULL, &lp);
-        uint64_t t4 = now_ns();
-        d->stats.sample_ns += t4 - t3;
+        frame_logprob_t lp = lps[i];
+        s->last = next[i];
         d->stats.tokens++;
+        uint64_t t4 = now_ns();
         if (s->gm && !grammar_matcher_accept(s->gm, s->last)) { /* only if the mask was empty */
             refuse(d, &s->f, s->in_us, "internal", "the constraint allows no next token");
             release(d, s);
@@ -304,7 +305,7 @@ size_t decode_step(decode_engine_t *d) {
         uint64_t t6 = now_ns();
         if (!reason && ends_now(d, s)) reason = take_eos(d, s, out, &n_out);
         if (s->gm) { /* mask, accept, the end check: what the grammar adds to a token */
-            uint64_t g = (t3 - t2) + (t5 - t4) + (now_ns() - t6);
+            uint64_t g = mask_ns[i] + (t5 - t4) + (now_ns() - t6);
             d->stats.grammar_tokens++;
             d->stats.grammar_ns += g;
             if (g > d->stats.grammar_max_ns) d->stats.grammar_max_ns = g;
@@ -317,7 +318,6 @@ size_t decode_step(decode_engine_t *d) {
             d->run[kept++] = s;
     }
     d->n_run = kept;
-    free(sts);
-    free(ids);
+    free(sts), free(ids), free(next), free(picks), free(lps), free(mask_ns);
     return moved + n;
 }

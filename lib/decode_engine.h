@@ -50,9 +50,8 @@ typedef struct {
 
 typedef struct {
     uint64_t requests, errors, steps, tokens, batch_sum, peak_batch, peak_pool;
-    uint64_t forward_ns, sample_ns, deserialize_ns, queue_ns;
-    /* constrained tokens: mask, stop ids and accept time (sampling is in sample_ns); EOS
-     * taken without a step */
+    uint64_t forward_ns, deserialize_ns, queue_ns; /* forward_ns includes the backend's pick (sampling) */
+    /* constrained tokens: mask, stop ids and accept time; EOS taken without a step */
     uint64_t grammar_tokens, grammar_ns, grammar_max_ns, forced_ends;
 } decode_stats_t;
 

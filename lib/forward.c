@@ -136,9 +136,26 @@ static void block(fwd_t *f, int L, int64_t k0) {
 typedef struct {
     int64_t row;
     float *dst;
+    const bk_pick_t *pick; /* instead of dst: the backend picks the token */
 } head_row_t;
 
-static void head(fwd_t *f, const head_row_t *want, int64_t nw) {
+/* Rows [i, k) of a block of logits: runs of picked rows go to the pick op, the others are
+ * downloaded to their destinations. */
+static void head_deliver(fwd_t *f, bk_tensor_t out, const head_row_t *want, int64_t k, sampler_t *scratch) {
+    backend_t *bk = f->bk;
+    bk_pick_t run[64];
+    for (int64_t i = 0, j; i < k; i = j) {
+        if (!want[i].pick) {
+            bk->download(bk, want[i].dst, bk_rows(out, i, 1));
+            j = i + 1;
+            continue;
+        }
+        for (j = i; j < k && want[j].pick && j - i < 64; j++) run[j - i] = *want[j].pick;
+        bk->pick(bk, bk_rows(out, i, j - i), run, (int)(j - i), scratch);
+    }
+}
+
+static void head(fwd_t *f, const head_row_t *want, int64_t nw, sampler_t *scratch) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
     for (int64_t a = 0, b; a < nw; a = b) {
@@ -154,7 +171,7 @@ static void head(fwd_t *f, const head_row_t *want, int64_t nw) {
     for (int64_t r = 0; r < nw; r += BLOCK) {
         int64_t k = nw - r < BLOCK ? nw - r : BLOCK;
         bk->matmul(bk, bk_rows(out, 0, k), bk_rows(xc, r, k), f->m->head, 0);
-        for (int64_t i = 0; i < k; i++) bk->download(bk, want[r + i].dst, bk_rows(out, i, 1));
+        head_deliver(f, out, want + r, k, scratch);
     }
     bk->release(bk, &out);
 }
@@ -177,7 +194,7 @@ static int check_batch(const fwd_seq_t *seqs, int n_seqs, char *err, size_t errl
     return 0;
 }
 
-int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+int forward_batch_pick(fwd_seq_t *seqs, int n_seqs, sampler_t *scratch, char *err, size_t errlen) {
     for (int i = 0; i < n_seqs; i++) seqs[i].n_logits = 0;
     if (check_batch(seqs, n_seqs, err, errlen)) return -1;
     /* lay out rows: every head piece first, then every tail piece */
@@ -226,10 +243,12 @@ int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
         int64_t tail = seqs[i].n - rows[i].head;
         if (seqs[i].want == FWD_LOGITS_NONE || tail <= 0) continue;
         int64_t first = seqs[i].want == FWD_LOGITS_ALL ? 0 : tail - 1;
-        for (int64_t k = first; k < tail; k++) want[nw++] = (head_row_t){rows[i].tr + k, seqs[i].logits + (size_t)(k - first) * (size_t)V};
+        const bk_pick_t *pick = seqs[i].want == FWD_LOGITS_LAST ? seqs[i].pick : NULL;
+        for (int64_t k = first; k < tail; k++)
+            want[nw++] = (head_row_t){rows[i].tr + k, pick ? NULL : seqs[i].logits + (size_t)(k - first) * (size_t)V, pick};
         seqs[i].n_logits = tail - first;
     }
-    if (nw) head(&f, want, nw);
+    if (nw) head(&f, want, nw, scratch);
     free(want);
     chunk_free(&f);
     /* Engram history: the newest max_ngram - 1 compressed ids */
@@ -247,9 +266,15 @@ int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
     return 0;
 }
 
+int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].pick) die("forward_batch: picks go through forward_batch_pick");
+    return forward_batch_pick(seqs, n_seqs, NULL, err, errlen);
+}
+
 int forward_prefill(seqstate_t *st, const uint32_t *ids, int64_t n, int64_t decoder_from, fwd_logits_t want,
                     float *logits, int64_t *n_logits, char *err, size_t errlen) {
-    fwd_seq_t s = {st, ids, n > 0 ? n : 0, decoder_from, want, logits, 0};
+    fwd_seq_t s = {st, ids, n > 0 ? n : 0, decoder_from, want, logits, 0, NULL};
     int rc = forward_batch(&s, 1, err, errlen);
     if (n_logits) *n_logits = s.n_logits;
     return rc;
@@ -263,8 +288,17 @@ int forward_step_batch(seqstate_t *const *sts, const uint32_t *ids, int n, float
     fwd_seq_t *s = xcalloc((size_t)n + 1, sizeof *s);
     for (int i = 0; i < n; i++)
         s[i] = (fwd_seq_t){sts[i], ids + i, 1, -1, logits ? FWD_LOGITS_LAST : FWD_LOGITS_NONE,
-                           logits ? logits + (size_t)i * (size_t)sts[i]->m->cfg.vocab_size : NULL, 0};
+                           logits ? logits + (size_t)i * (size_t)sts[i]->m->cfg.vocab_size : NULL, 0, NULL};
     int rc = forward_batch(s, n, err, errlen);
+    free(s);
+    return rc;
+}
+
+int forward_step_batch_pick(seqstate_t *const *sts, const uint32_t *ids, int n, const bk_pick_t *picks, sampler_t *scratch,
+                            char *err, size_t errlen) {
+    fwd_seq_t *s = xcalloc((size_t)n + 1, sizeof *s);
+    for (int i = 0; i < n; i++) s[i] = (fwd_seq_t){sts[i], ids + i, 1, -1, FWD_LOGITS_LAST, NULL, 0, &picks[i]};
+    int rc = forward_batch_pick(s, n, scratch, err, errlen);
     free(s);
     return rc;
 }

@@ -50,6 +50,7 @@ typedef struct {
     fwd_logits_t want;
     float *logits;
     int64_t n_logits;
+    const bk_pick_t *pick; /* with want LAST: the backend picks the next token instead (forward_batch_pick) */
 } fwd_seq_t;
 
 /* Several sequences' chunks in one forward (continuous batching, packed prefill): every
@@ -60,9 +61,20 @@ typedef struct {
  * (then no state changes). */
 int forward_batch(fwd_seq_t *seqs, int n_seqs, char *err, size_t errlen);
 
+/* forward_batch where sequences may carry a pick (want LAST): the backend's pick op chooses
+ * their next token from the last position's logits, which stay on the device. scratch: host
+ * sampler scratch for the rows the backend hands to the host sampler. */
+int forward_batch_pick(fwd_seq_t *seqs, int n_seqs, sampler_t *scratch, char *err, size_t errlen);
+
 /* One decode step for n sequences: token ids[i] at position sts[i]->T; logits gets n rows of
  * vocab floats. */
 int forward_step_batch(seqstate_t *const *sts, const uint32_t *ids, int n, float *logits, char *err, size_t errlen);
+
+/* The same step, each sequence's next token chosen by the backend's pick op (picks[i]: its
+ * sampler parameters, position, mask and destination): the logits stay on the device.
+ * scratch: host sampler scratch for the rows the backend hands to the host sampler. */
+int forward_step_batch_pick(seqstate_t *const *sts, const uint32_t *ids, int n, const bk_pick_t *picks, sampler_t *scratch,
+                            char *err, size_t errlen);
 
 #define FWD_DEFAULT_REPLAY 140  /* DeepInfer's bounded-replay tail (MODEL_V41 §7: unverified; 128 = window) */
 #define FWD_DEFAULT_CHUNK  512  /* prefill chunk: bounds the per-chunk scratch */

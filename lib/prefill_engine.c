@@ -14,6 +14,10 @@ typedef struct job {
     uint64_t in_us;
     seqstate_t *st;        /* from its first chunk on */
     grammar_matcher_t *gm; /* the request's constraint, or NULL */
+    uint32_t *mask;        /* its first token's allowed set, filled before the last chunk */
+    sampler_params_t sp;
+    uint32_t first;        /* the first output token, picked by the last chunk's forward */
+    frame_logprob_t lp;
     int64_t done;          /* prompt tokens prefilled */
     struct job *next;
 } job_t;
@@ -22,8 +26,7 @@ struct prefill_engine {
     prefill_opts_t o;
     job_t *head, *tail;    /* arrival order */
     int64_t pending;
-    sampler_t *sampler;
-    uint32_t *mask;        /* the first token's allowed set, for constrained requests */
+    sampler_t *sampler;    /* host scratch for the rows the backend samples on the host */
     prefill_stats_t stats;
 };
 
@@ -39,13 +42,13 @@ static void job_free(job_t *j) {
     frame_free(&j->req);
     seqstate_free(j->st);
     grammar_matcher_free(j->gm);
+    free(j->mask);
     free(j);
 }
 
 void prefill_free(prefill_engine_t *p) {
     for (job_t *j = p->head, *n; j; j = n) n = j->next, job_free(j);
     sampler_free(p->sampler);
-    free(p->mask);
     free(p);
 }
 
@@ -92,18 +95,13 @@ bool prefill_has_room(const prefill_engine_t *p) { return p->pending < 2 * p->o.
 
 const prefill_stats_t *prefill_stats(const prefill_engine_t *p) { return &p->stats; }
 
-/* The state frame of a completed prompt: its first token sampled from logits. */
-static void finish_job(prefill_engine_t *p, job_t *j, const float *logits) {
+/* The state frame of a completed prompt and its first token. */
+static void finish_job(prefill_engine_t *p, job_t *j) {
     seqstate_t *st = j->st;
     frame_t *req = &j->req;
-    sampler_params_t sp = sampler_params(&req->params, req->id);
-    frame_logprob_t lp;
-    uint64_t t0 = now_ns();
-    if (j->gm) {
-        if (!p->mask) p->mask = xmalloc(constraints_mask_words(p->o.constraints) * sizeof *p->mask);
-        grammar_matcher_fill_mask(j->gm, p->mask);
-    }
-    uint32_t tok = sampler_pick(p->sampler, &sp, logits, st->T, j->gm ? p->mask : NULL, &lp);
+    const sampler_params_t sp = j->sp;
+    frame_logprob_t lp = j->lp;
+    uint32_t tok = j->first;
     uint64_t t1 = now_ns();
     if (tok == SAMPLER_NONE) { /* cannot happen: a grammar always allows a first token */
         refuse(p, req, j->in_us, "internal", "the constraint allows no first token");
@@ -114,7 +112,6 @@ static void finish_job(prefill_engine_t *p, job_t *j, const float *logits) {
     st->rng[1] = 0;
     buf_t bytes = {0};
     seqstate_serialize(st, &bytes);
-    p->stats.sample_ns += t1 - t0;
     p->stats.serialize_ns += now_ns() - t1;
     p->stats.state_bytes += bytes.len;
 
@@ -141,8 +138,7 @@ static void finish_job(prefill_engine_t *p, job_t *j, const float *logits) {
 }
 
 int64_t prefill_step(prefill_engine_t *p) {
-    const model_config_t *c = &p->o.m->cfg;
-    int64_t budget = p->o.token_budget, V = c->vocab_size, total = 0;
+    int64_t budget = p->o.token_budget, total = 0;
     int n = 0, cap = 16;
     fwd_seq_t *seqs = xmalloc((size_t)cap * sizeof *seqs);
     job_t **jobs = xmalloc((size_t)cap * sizeof *jobs);
@@ -156,18 +152,28 @@ int64_t prefill_step(prefill_engine_t *p) {
         if (!j->st) j->st = seqstate_new(p->o.m, p->o.qat);
         int64_t from = p->o.replay < 0 ? -1 : (int64_t)j->req.n_tokens - p->o.replay;
         if (p->o.replay >= 0 && from < 0) from = 0; /* a tail longer than the prompt: every layer on every token */
-        seqs[n] = (fwd_seq_t){j->st, j->req.tokens + j->done, len, from, len == left ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, NULL, 0};
+        seqs[n] = (fwd_seq_t){j->st, j->req.tokens + j->done, len, from, len == left ? FWD_LOGITS_LAST : FWD_LOGITS_NONE, NULL, 0, NULL};
         jobs[n++] = j;
         total += len;
     }
-    int n_last = 0;
-    for (int i = 0; i < n; i++) n_last += seqs[i].want == FWD_LOGITS_LAST;
-    float *logits = xmalloc((size_t)(n_last + 1) * (size_t)V * sizeof(float));
-    for (int i = 0, k = 0; i < n; i++)
-        if (seqs[i].want == FWD_LOGITS_LAST) seqs[i].logits = logits + (size_t)(k++) * (size_t)V;
+    /* a completing prompt's first token is picked by the backend from its last position */
+    bk_pick_t *picks = xmalloc((size_t)(n + 1) * sizeof *picks);
+    for (int i = 0; i < n; i++) {
+        job_t *j = jobs[i];
+        if (seqs[i].want != FWD_LOGITS_LAST) continue;
+        j->sp = sampler_params(&j->req.params, j->req.id);
+        if (j->gm) {
+            uint64_t t = now_ns();
+            j->mask = xmalloc(constraints_mask_words(p->o.constraints) * sizeof *j->mask);
+            grammar_matcher_fill_mask(j->gm, j->mask);
+            p->stats.mask_ns += now_ns() - t;
+        }
+        picks[i] = (bk_pick_t){&j->sp, j->st->T + seqs[i].n, j->mask, &j->first, &j->lp};
+        seqs[i].pick = &picks[i];
+    }
     char err[256];
     uint64_t t0 = now_ns();
-    int rc = n ? forward_batch(seqs, n, err, sizeof err) : 0;
+    int rc = n ? forward_batch_pick(seqs, n, p->sampler, err, sizeof err) : 0;
     p->stats.forward_ns += now_ns() - t0;
     if (n) p->stats.calls++;
     p->stats.tokens += (uint64_t)total;
@@ -179,7 +185,7 @@ int64_t prefill_step(prefill_engine_t *p) {
         if (rc) /* cannot happen for checked prompts; still, each request gets its answer */
             refuse(p, &j->req, j->in_us, "internal", err);
         else if (complete)
-            finish_job(p, j, seqs[i].logits);
+            finish_job(p, j);
         if (!rc && !complete) continue;
         if (!complete) p->pending -= (int64_t)j->req.n_tokens - j->done;
         /* finished jobs sit at the front of the queue */
@@ -189,7 +195,7 @@ int64_t prefill_step(prefill_engine_t *p) {
         if (p->tail == j) p->tail = prev;
         job_free(j);
     }
-    free(logits);
+    free(picks);
     free(seqs);
     free(jobs);
     return total;

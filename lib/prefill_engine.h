@@ -47,7 +47,7 @@ typedef struct {
 
 typedef struct {
     uint64_t requests, errors, tokens, calls, state_bytes;
-    uint64_t forward_ns, sample_ns, serialize_ns;
+    uint64_t forward_ns, mask_ns, serialize_ns; /* forward_ns includes the first tokens' pick; mask_ns: their grammar masks */
 } prefill_stats_t;
 
 typedef struct prefill_engine prefill_engine_t;

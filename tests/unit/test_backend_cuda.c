@@ -787,6 +787,74 @@ static void test_graph(void) {
     free_weight(&w);
 }
 
+/* ---- pick ---------------------------------------------------------------------------------------- */
+/* One batch of rows with every kind of request: greedy (ties, NaN, masks, nothing allowed),
+ * temperature with and without min-p and masks (a row of -inf and NaN too), and the rows the
+ * GPU hands to the host sampler (top-k, top-p, log-probabilities). The GPU must choose what the
+ * host sampler chooses from the same logits, row for row. */
+static void pick_case(int64_t V, int rows) {
+    float *l = xmalloc((size_t)(rows * V) * sizeof *l);
+    int64_t words = (V + 31) / 32;
+    uint32_t *masks = xcalloc((size_t)(rows * words), sizeof *masks);
+    sampler_params_t *sp = xcalloc((size_t)rows, sizeof *sp);
+    bk_pick_t *pg = xcalloc((size_t)rows, sizeof *pg), *pc = xcalloc((size_t)rows, sizeof *pc);
+    uint32_t *tg = xcalloc((size_t)rows, 4), *tc = xcalloc((size_t)rows, 4);
+    frame_logprob_t *lg = xcalloc((size_t)rows, sizeof *lg), *lc = xcalloc((size_t)rows, sizeof *lc);
+    for (int r = 0; r < rows; r++) {
+        float *x = l + (size_t)r * (size_t)V;
+        int kind = r % 12, masked = (r / 12) % 3; /* 0 none, 1 sparse, 2 dense */
+        for (int64_t v = 0; v < V; v++) x[v] = 4.0f * t_unif();
+        if (kind == 1) for (int64_t v = 0; v < V; v++) x[v] = (float)(t_rnd() % 4); /* ties */
+        if (kind == 2) for (int64_t v = 0; v < V; v += 3) x[v] = NAN;
+        if (kind == 7) for (int64_t v = 0; v < V; v++) x[v] = v % 2 ? -INFINITY : NAN;
+        uint32_t *m = masks + (size_t)r * (size_t)words;
+        for (int64_t v = 0; v < V; v++)
+            if (masked == 2 ? t_rnd() % 4 != 0 : t_rnd() % 997 == 0) m[v >> 5] |= 1u << (v & 31);
+        sampler_params_t *p = &sp[r];
+        *p = (sampler_params_t){.temperature = 1.0, .top_p = 1.0, .seed = t_rnd()};
+        switch (kind) {
+        case 0: case 1: case 2: p->temperature = 0; break;
+        case 3: p->temperature = 0.3; break;
+        case 4: p->temperature = 0.7, p->min_p = 0.05; break;
+        case 5: p->temperature = 1.5; break;
+        case 6: p->temperature = 1.0, p->min_p = 0.5; break;
+        case 7: break;
+        case 8: p->top_k = 1; break; /* greedy */
+        case 9: p->top_k = 7; break;                     /* the host */
+        case 10: p->top_p = 0.8; break;                  /* the host */
+        case 11: p->logprobs = true, p->top_logprobs = 3; break; /* the host */
+        }
+        const uint32_t *mask = masked ? m : NULL;
+        if (r == 5) memset(m, 0, (size_t)words * 4), mask = m; /* nothing allowed */
+        int64_t pos = (int64_t)(t_rnd() % 100000);
+        pg[r] = (bk_pick_t){p, pos, mask, &tg[r], &lg[r]};
+        pc[r] = (bk_pick_t){p, pos, mask, &tc[r], &lc[r]};
+    }
+    pair_t t = putf(l, rows, V);
+    sampler_t *sg = sampler_new(V), *sc = sampler_new(V);
+    gpu->pick(gpu, t.g, pg, rows, sg);
+    cpu->pick(cpu, t.c, pc, rows, sc);
+    int same = 0, lp_same = 0, n_lp = 0, sampled = 0;
+    for (int r = 0; r < rows; r++) {
+        same += tg[r] == tc[r];
+        if (tg[r] != tc[r]) printf("# V %lld row %d (kind %d): gpu %u, host %u\n", (long long)V, r, r % 12, tg[r], tc[r]);
+        sampled += sp[r].temperature > 0 && sp[r].top_k != 1 && tc[r] != SAMPLER_NONE;
+        if (sp[r].logprobs) n_lp++, lp_same += !memcmp(&lg[r], &lc[r], sizeof lg[r]);
+    }
+    CHECKF(same == rows, "V %lld: %d of %d rows pick what the host sampler picks", (long long)V, same, rows);
+    CHECK_EQ(lp_same, n_lp);
+    CHECK(tc[5] == SAMPLER_NONE && sampled > rows / 3);
+    free2(&t);
+    sampler_free(sg), sampler_free(sc);
+    free(l), free(masks), free(sp), free(pg), free(pc), free(tg), free(tc), free(lg), free(lc);
+}
+
+static void test_pick(void) {
+    pick_case(129280, 96);
+    pick_case(1000, 240); /* a vocabulary smaller than the block's threads times two */
+    pick_case(33, 36);
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     uint64_t s = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
@@ -804,7 +872,7 @@ int main(void) {
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
-        {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph},
+        {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph}, {"test_pick", test_pick},
     };
     cpu = backend_cpu_create(2);
     for (size_t i = 0; i < DI_ARRAY_LEN(cases); i++) {

@@ -69,7 +69,7 @@ static int packed_prefill(uint32_t **ids, const float *const *ref, const int64_t
             int64_t len = 1 + next_rand() % 13;
             if (len > LENS[i] - done[i]) len = LENS[i] - done[i];
             out[k] = xmalloc((size_t)len * (size_t)V * 4);
-            s[k] = (fwd_seq_t){st[i], ids[i] + done[i], len, from[i], want_all ? FWD_LOGITS_ALL : FWD_LOGITS_LAST, out[k], 0};
+            s[k] = (fwd_seq_t){st[i], ids[i] + done[i], len, from[i], want_all ? FWD_LOGITS_ALL : FWD_LOGITS_LAST, out[k], 0, NULL};
         }
         CHECKF(forward_batch(s, n, err, sizeof err) == 0, "%s", err);
         calls++;
@@ -180,10 +180,10 @@ static void test_batched_steps(void) {
 static void test_refusals(void) {
     seqstate_t *a = seqstate_new(&model, true), *b = seqstate_new(&model, true);
     uint32_t good[3] = {1, 2, 3}, worse[2] = {4, (uint32_t)V};
-    fwd_seq_t s[2] = {{a, good, 3, -1, FWD_LOGITS_NONE, NULL, 0}, {b, worse, 2, -1, FWD_LOGITS_NONE, NULL, 0}};
+    fwd_seq_t s[2] = {{a, good, 3, -1, FWD_LOGITS_NONE, NULL, 0, NULL}, {b, worse, 2, -1, FWD_LOGITS_NONE, NULL, 0, NULL}};
     CHECK(forward_batch(s, 2, err, sizeof err) == -1 && strstr(err, "outside the vocabulary"));
     CHECK(a->T == 0 && b->T == 0);
-    s[1] = (fwd_seq_t){a, good, 3, -1, FWD_LOGITS_NONE, NULL, 0};
+    s[1] = (fwd_seq_t){a, good, 3, -1, FWD_LOGITS_NONE, NULL, 0, NULL};
     CHECK(forward_batch(s, 2, err, sizeof err) == -1 && strstr(err, "twice"));
     CHECK(a->T == 0);
     seqstate_t *both[2] = {a, b};

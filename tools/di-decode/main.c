@@ -52,7 +52,6 @@ static void print_stats(const decode_stats_t *ds, const constraints_stats_t *cs,
     fprintf(stderr, "%s: stats: pool_bytes_per_token %.1f\n", STAGE, pool_bytes_per_token);
     fprintf(stderr, "%s: stats: forward_s %.6f\n", STAGE, fwd);
     if (fwd > 0) fprintf(stderr, "%s: stats: decode_tokens_per_s %.1f\n", STAGE, (double)ds->tokens / fwd);
-    fprintf(stderr, "%s: stats: sample_s %.6f\n", STAGE, (double)ds->sample_ns / 1e9);
     fprintf(stderr, "%s: stats: deserialize_s %.6f\n", STAGE, (double)ds->deserialize_ns / 1e9);
     if (ds->requests) fprintf(stderr, "%s: stats: mean_queue_s %.6f\n", STAGE, (double)ds->queue_ns / 1e9 / (double)ds->requests);
     constraints_print_stats(stderr, STAGE, cs);

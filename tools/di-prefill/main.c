@@ -130,7 +130,7 @@ static int serve_main(const model_args_t *a, int64_t budget, const cli_common_t 
         fprintf(stderr, "%s: stats: forward_calls %llu\n", STAGE, (unsigned long long)ps->calls);
         fprintf(stderr, "%s: stats: forward_s %.6f\n", STAGE, fwd);
         if (fwd > 0) fprintf(stderr, "%s: stats: prefill_tokens_per_s %.1f\n", STAGE, (double)ps->tokens / fwd);
-        fprintf(stderr, "%s: stats: sample_s %.6f\n", STAGE, (double)ps->sample_ns / 1e9);
+        fprintf(stderr, "%s: stats: mask_s %.6f\n", STAGE, (double)ps->mask_ns / 1e9);
         fprintf(stderr, "%s: stats: serialize_s %.6f\n", STAGE, (double)ps->serialize_ns / 1e9);
         fprintf(stderr, "%s: stats: state_bytes %llu\n", STAGE, (unsigned long long)ps->state_bytes);
         if (ps->tokens)
