@@ -174,6 +174,79 @@ cudaError_t k_mask_blocks(const ix_args_t *a, const int32_t *blocks, int64_t ldb
 cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, const ix_args_t *a, int block,
                    cudaStream_t s);
 
+/* ---- tensor cores for prefill attention and indexer scores (bf16_pieces.cu, attention_tc.cu,
+ * indexer_tc.cu) ----------------------------------------------------------------------------
+ * A store of bf16 pieces: piece t of store row x at store + (t * store_rows + x) * cols holds
+ * the bf16 of what pieces 0..t-1 left of an fp32 row; inexact[x] = some piece past the first is
+ * non-zero (always 0 for one piece). Segment s: store rows dst0 + j <- src row j, or
+ * (first + j) % mod when mod > 0 (a ring), for j < rows. most: the largest rows of a segment;
+ * vec: every source row allows 16-byte loads; cols a multiple of 4, pieces 1..3. */
+typedef struct {
+    const float *src;
+    int64_t ld, rows, mod, first, dst0;
+} piece_seg_t;
+typedef struct {
+    uint16_t *store;
+    uint8_t *inexact;
+    int64_t store_rows;
+    int cols, pieces, vec;
+    const piece_seg_t *segs; /* device */
+    int n_segs;
+    int64_t most;
+} pieces_args_t;
+cudaError_t k_bf16_pieces(const pieces_args_t *a, cudaStream_t s);
+
+/* Attention (backend.h) with one block per query row over keys from a store. Launch rows b0..
+ * of a span are rows r0.. of q, out and sel at positions pos0..; window position p (wstart <= p
+ * < pos0 + n) is store row base + p - wstart, pool row j store row pool + j (j < pool_rows).
+ * pieces: Q and probabilities as 1 or 2 bf16 pieces (and that many key pieces where inexact).
+ * vec: q and out rows allow 16-byte loads and 8-byte stores. */
+typedef struct {
+    int64_t b0, r0, n, pos0, win_lo, wstart, base, pool, pool_rows;
+} attn_tc_span_t;
+typedef struct {
+    float *out;
+    int64_t ldo;
+    const float *q;
+    int64_t ldq;
+    const float *sink;
+    float scale;
+    const int32_t *sel;
+    int64_t ld_sel, n_sel;
+    const uint16_t *store;
+    const uint8_t *inexact;
+    int64_t store_rows;
+    const attn_tc_span_t *spans; /* device, ascending b0 */
+    int n_spans;
+    int64_t m;
+    int window, heads, d, pieces, vec;
+} attn_tc_args_t;
+int k_attention_tc_ok(int heads, int d);
+cudaError_t k_attention_tc(const attn_tc_args_t *a, cudaStream_t s);
+
+/* Indexer scores (as k_indexer_score) of the rows of spans whose keys are in a store: launch
+ * rows b0.. of a span are rows r0.. of q and w at positions pos0..; its keys are store rows
+ * base.. (nk of them); its rows take blocks blk0.. (k_indexer_tc_rows_per_block rows each). */
+typedef struct {
+    int64_t b0, r0, n, pos0, nk, base, blk0;
+} ix_tc_span_t;
+typedef struct {
+    float *scores;
+    int64_t nk_max;
+    const float *q, *w;
+    int64_t ldq, ldw;
+    const uint16_t *store;
+    const uint8_t *inexact;
+    int64_t store_rows;
+    const ix_tc_span_t *spans; /* device, ascending blk0 */
+    int n_spans;
+    int heads, di, ratio, pieces;
+    float q_scale, w_scale;
+} ix_tc_args_t;
+int k_indexer_tc_ok(int heads, int di);
+int k_indexer_tc_rows_per_block(int heads);
+cudaError_t k_indexer_tc(const ix_tc_args_t *a, int64_t blocks, cudaStream_t s);
+
 /* ---- router and experts (router.cu, moe_dispatch.cu, moe_act.cu, moe_combine.cu) ------------ */
 cudaError_t k_router(int32_t *idx, int64_t ldi, float *wt, int64_t ldw, const float *logits, int64_t ldl, const float *bias,
                      int64_t rows, int E, int k, float temp, int normalize, float scale, cudaStream_t s);

@@ -107,8 +107,8 @@ static bool vec_ok(const void *p, int64_t ld) { return (uintptr_t)p % 16 == 0 &&
 
 /* One launch for every span: the one span's rows through the scalar fields, several through a
  * device table of rows. */
-void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
+static void attention_simt(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
+                           int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
     cuda_t *c = cu_of(bk);
     int d = (int)kv_new.cols;
     if (d > 512) die("CUDA backend: attention head_dim %d > 512", d);
@@ -163,6 +163,15 @@ void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor
     free(rows);
 }
 
+/* Long spans (prefill) on the tensor cores, the others on the CUDA cores. */
+void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
+                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
+    bk_span_t *rest = xmalloc((size_t)(n_spans + 1) * sizeof *rest);
+    int n_rest = cu_attention_tc(bk, out, q, sink, scale, kv_new, window, spans, n_spans, sel, rest);
+    attention_simt(bk, out, q, sink, scale, kv_new, window, rest, n_rest, sel);
+    free(rest);
+}
+
 void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                   const bk_tensor_t *sel) {
@@ -206,7 +215,7 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
     cu_prof_begin(c, "indexer");
     a.scores = cu_scratch(c, (size_t)(m * (nk_max ? nk_max : 1)) * 4);
     float *bs = NULL;
-    CU(k_indexer_score(&a, c->stream));
+    if (!cu_indexer_tc(c, &a, q, w, spans, n_spans)) CU(k_indexer_score(&a, c->stream));
     if (blocks_out) {
         int64_t nb = (nk_max + block_size - 1) / block_size;
         bs = cu_scratch(c, (size_t)(m * (nb ? nb : 1)) * 4);

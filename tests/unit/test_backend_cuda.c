@@ -320,22 +320,55 @@ static void test_group_pool(void) {
 }
 
 /* ---- attention and indexer ------------------------------------------------------------------------ */
-static void attention_case(int H, int d, int W, int m, int npool, int K, int64_t pos0, int64_t win_lo, bool with_pool) {
-    float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *ring = t_rand_vec((size_t)(W * d), 1.0f), *kv = t_rand_vec((size_t)(m * d), 1.0f);
-    float *pool = t_rand_vec((size_t)(npool * d), 1.0f), *sink = t_rand_vec((size_t)H, 2.0f);
-    int32_t *sel = xmalloc((size_t)(m * K) * 4);
-    for (int i = 0; i < m * K; i++) sel[i] = t_rnd() % 5 == 0 ? -1 : (int32_t)(t_rnd() % (uint64_t)npool);
+/* The precisions and the attention's tolerance in each (max error over max |reference|). Spans
+ * of 32 rows or more take the tensor cores for the attention in bf16x2 (queries, probabilities
+ * and inexact keys as two bf16 pieces) and bf16 (rounded), for the indexer in every mode but
+ * fp32 (bf16x3: three pieces, the CPU's numbers up to summation order); everything else runs on
+ * the CUDA cores in fp32. */
+static const struct {
+    cuda_precision_t p;
+    const char *name;
+    double attn_tol;
+} precs[] = {{CUDA_BF16X3, "bf16x3", 1e-5}, {CUDA_BF16X2, "bf16x2", 2e-4}, {CUDA_BF16, "bf16", 2e-2}, {CUDA_FP32, "fp32", 1e-5}};
+
+/* Random values, bf16-exact when exact (keys after QAT are: FP8/FP4 codes times their scales). */
+static float *rand_keys(size_t n, bool exact) {
+    float *v = t_rand_vec(n, 1.0f);
+    for (size_t i = 0; exact && i < n; i++) v[i] = bf16_round(v[i]);
+    return v;
+}
+
+/* Selections of m rows of K entries below npool: a fifth -1, and every row r % 9 == 4 empty. */
+static int32_t *rand_sel(int m, int K, int npool) {
+    int32_t *sel = xmalloc((size_t)(m * K) * 4 + 4);
+    for (int i = 0; i < m * K; i++) sel[i] = t_rnd() % 5 == 0 || (i / K) % 9 == 4 || !npool ? -1 : (int32_t)(t_rnd() % (uint64_t)npool);
+    return sel;
+}
+
+static void attention_case_at(int H, int d, int W, int m, int npool, int K, int64_t pos0, int64_t win_lo, bool with_pool, bool exact) {
+    float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *ring = rand_keys((size_t)(W * d), exact), *kv = rand_keys((size_t)(m * d), exact);
+    float *pool = rand_keys((size_t)(npool * d), exact), *sink = t_rand_vec((size_t)H, 2.0f);
+    int32_t *sel = rand_sel(m, K, npool);
     pair_t tq = putf(q, m, H * d), tr = putf(ring, W, d), tk = putf(kv, m, d), tp = putf(pool, npool, d), ts = putf(sink, 1, H);
     pair_t tsel = puti(sel, m, K), o = out2(BK_F32, m, H * d);
     float scale = 1.0f / sqrtf((float)d);
-    gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g : NULL, with_pool ? &tsel.g : NULL);
     cpu->attention(cpu, o.c, tq.c, ts.c, scale, tr.c, tk.c, pos0, W, win_lo, with_pool ? &tp.c : NULL, with_pool ? &tsel.c : NULL);
-    char what[96];
-    snprintf(what, sizeof what, "attention H %d d %d W %d m %d pool %d", H, d, W, m, with_pool);
-    compare(o, 1e-5, what);
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
+        backend_cuda_precision(gpu, precs[pr].p);
+        poison(o.g);
+        gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g : NULL, with_pool ? &tsel.g : NULL);
+        char what[128];
+        snprintf(what, sizeof what, "attention H %d d %d W %d m %d pool %d exact %d %s", H, d, W, m, with_pool, exact, precs[pr].name);
+        compare(o, precs[pr].attn_tol, what);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
     pair_t *all[] = {&tq, &tr, &tk, &tp, &ts, &tsel, &o};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
     free(q), free(ring), free(kv), free(pool), free(sink), free(sel);
+}
+
+static void attention_case(int H, int d, int W, int m, int npool, int K, int64_t pos0, int64_t win_lo, bool with_pool) {
+    attention_case_at(H, d, W, m, npool, K, pos0, win_lo, with_pool, false);
 }
 
 static void test_attention(void) {
@@ -346,7 +379,14 @@ static void test_attention(void) {
     attention_case(20, 64, 16, 1, 50, 24, 100, 0, true);
     attention_case(64, 512, 128, 1, 700, 512, 5000, 0, true); /* V4.1 shapes, one query: split keys */
     attention_case(64, 512, 128, 3, 700, 512, 90, 0, true);
-    attention_case(17, 96, 24, 300, 40, 6, 1000, 0, true);    /* many queries: one pass */
+    attention_case(17, 96, 24, 300, 40, 6, 1000, 0, true);    /* many queries: tensor cores, 30 keys (one part tile) */
+    /* tensor cores (32 rows or more) */
+    attention_case_at(64, 512, 128, 40, 700, 512, 90, 0, true, false);  /* V4.1 shapes, windows partly before the start */
+    attention_case_at(64, 512, 128, 33, 700, 512, 3000, 0, true, true); /* exact keys (QAT): one key piece */
+    attention_case_at(64, 512, 128, 36, 5, 3, 0, 0, false, true);       /* no ring, no pool (SWA layer from position 0) */
+    attention_case_at(4, 64, 16, 50, 30, 8, 40, 45, true, false);       /* 4 heads; rows before win_lo see only the pool */
+    attention_case_at(20, 128, 24, 37, 100, 45, 7, 0, true, false);     /* 20 heads, 24 + 45 keys: three part tiles */
+    attention_case_at(33, 96, 128, 64, 300, 96, 500, 0, true, true);
 }
 
 typedef struct {
@@ -404,53 +444,76 @@ static double cut_of(const double *v, int n, int k, double *tol) {
     return cut;
 }
 
-static void indexer_case(int Hi, int di, int nk, int K, int KB, int bs, int m, int64_t pos0, int ratio) {
-    float *q = t_rand_vec((size_t)(m * Hi * di), 1.0f), *w = t_rand_vec((size_t)(m * Hi), 1.0f), *keys = t_rand_vec((size_t)(nk * di), 1.0f);
+/* Row selections (K entries) and candidate blocks (KB of bs entries; gb NULL: none) of the GPU
+ * against the CPU's, given the row's nvis double scores: equal up to entries within tie * top of
+ * the cut. */
+static bool row_agrees(const int32_t *g, const int32_t *c, int K, const int32_t *gb, const int32_t *cb, int KB, int bs,
+                       const double *sc, int nvis, double tie) {
+    double tol, btol, bsc[1024];
+    double cut = cut_of(sc, nvis, K, &tol);
+    if (!same_selection(g, c, K, sc, cut, tol * tie / 1e-5)) return false;
+    if (!gb) return true;
+    int nb = (nvis + bs - 1) / bs;
+    if (nb > 1024) die("row_agrees: %d blocks", nb);
+    for (int b = 0; b < nb; b++) {
+        bsc[b] = -INFINITY;
+        for (int j = b * bs; j < nvis && j < (b + 1) * bs; j++) bsc[b] = fmax(bsc[b], sc[j]);
+    }
+    if (nb) bsc[nb - 1] = INFINITY;
+    double bcut = cut_of(bsc, nb, KB, &btol);
+    return same_selection(gb, cb, KB, bsc, bcut, btol * tie / 1e-5);
+}
+
+/* GPU selections (sel, candidate blocks, restricted by the CPU's blocks) against the CPU's,
+ * every row, equal up to entries whose double-precision score is within tie * top of the cut. */
+static void indexer_case_at(int Hi, int di, int nk, int K, int KB, int bs, int m, int64_t pos0, int ratio, bool exact) {
+    float *q = rand_keys((size_t)(m * Hi * di), exact), *w = t_rand_vec((size_t)(m * Hi), 1.0f), *keys = rand_keys((size_t)(nk * di), exact);
     for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* identical keys: an exact tie */
     float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
     pair_t tq = putf(q, m, Hi * di), tw = putf(w, m, Hi), tk = putf(keys, nk, di);
     pair_t sel = out2(BK_I32, m, K), blocks = out2(BK_I32, m, KB), sel2 = out2(BK_I32, m, K);
-    gpu->indexer_topk(gpu, sel.g, &blocks.g, tq.g, tw.g, tk.g, pos0, ratio, NULL, bs, qs, ws);
     cpu->indexer_topk(cpu, sel.c, &blocks.c, tq.c, tw.c, tk.c, pos0, ratio, NULL, bs, qs, ws);
     int32_t *g = xmalloc((size_t)(m * K) * 4), *c = xmalloc((size_t)(m * K) * 4), *gb = xmalloc((size_t)(m * KB) * 4);
     int32_t *cb = xmalloc((size_t)(m * KB) * 4), *g2 = xmalloc((size_t)(m * K) * 4), *c2 = xmalloc((size_t)(m * K) * 4);
-    gpu->download(gpu, g, sel.g), cpu->download(cpu, c, sel.c);
-    gpu->download(gpu, gb, blocks.g), cpu->download(cpu, cb, blocks.c);
+    cpu->download(cpu, c, sel.c), cpu->download(cpu, cb, blocks.c);
     /* the restricted user, both backends given the CPU's candidate blocks */
     pair_t cand = puti(cb, m, KB);
-    gpu->indexer_topk(gpu, sel2.g, NULL, tq.g, tw.g, tk.g, pos0, ratio, &cand.g, bs, qs, ws);
     cpu->indexer_topk(cpu, sel2.c, NULL, tq.c, tw.c, tk.c, pos0, ratio, &cand.c, bs, qs, ws);
-    gpu->download(gpu, g2, sel2.g), cpu->download(cpu, c2, sel2.c);
-    double *sc = xmalloc((size_t)nk * 8 + 8), *bsc = xmalloc((size_t)nk * 8 + 8), tol, btol;
-    int bad = 0, bad_blocks = 0, bad2 = 0;
-    for (int r = 0; r < m; r++) {
-        int nvis = (int)((pos0 + r + 1) / ratio), nb;
-        if (nvis > nk) nvis = nk;
-        nb = (nvis + bs - 1) / bs;
-        ref_scores(q + r * Hi * di, w + r * Hi, keys, Hi, di, nvis, qs, ws, sc);
-        double cut = cut_of(sc, nvis, K, &tol);
-        bad += !same_selection(g + r * K, c + r * K, K, sc, cut, tol);
-        for (int b = 0; b < nb; b++) {
-            bsc[b] = -INFINITY;
-            for (int j = b * bs; j < nvis && j < (b + 1) * bs; j++) bsc[b] = fmax(bsc[b], sc[j]);
+    cpu->download(cpu, c2, sel2.c);
+    double *sc = xmalloc((size_t)nk * 8 + 8);
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
+        /* rounded operands move the scores of inexact inputs by about 1e-3 (bf16) or 1e-5 (bf16x2) */
+        double tie = exact || precs[pr].p == CUDA_BF16X3 || precs[pr].p == CUDA_FP32 ? 1e-5 : precs[pr].p == CUDA_BF16X2 ? 1e-4 : 3e-2;
+        backend_cuda_precision(gpu, precs[pr].p);
+        poison(sel.g), poison(blocks.g), poison(sel2.g);
+        gpu->indexer_topk(gpu, sel.g, &blocks.g, tq.g, tw.g, tk.g, pos0, ratio, NULL, bs, qs, ws);
+        gpu->indexer_topk(gpu, sel2.g, NULL, tq.g, tw.g, tk.g, pos0, ratio, &cand.g, bs, qs, ws);
+        gpu->download(gpu, g, sel.g), gpu->download(gpu, gb, blocks.g), gpu->download(gpu, g2, sel2.g);
+        int bad = 0, bad2 = 0;
+        for (int r = 0; r < m; r++) {
+            int nvis = (int)((pos0 + r + 1) / ratio);
+            if (nvis > nk) nvis = nk;
+            ref_scores(q + r * Hi * di, w + r * Hi, keys, Hi, di, nvis, qs, ws, sc);
+            bad += !row_agrees(g + r * K, c + r * K, K, gb + r * KB, cb + r * KB, KB, bs, sc, nvis, tie);
+            for (int j = 0; j < nvis; j++) { /* the CPU's candidate blocks restrict the reference */
+                bool kept = false;
+                for (int b = 0; b < KB; b++) kept |= cb[r * KB + b] == j / bs;
+                if (!kept) sc[j] = -INFINITY;
+            }
+            bad2 += !row_agrees(g2 + r * K, c2 + r * K, K, NULL, NULL, 0, bs, sc, nvis, tie);
         }
-        if (nb) bsc[nb - 1] = INFINITY;
-        double bcut = cut_of(bsc, nb, KB, &btol);
-        bad_blocks += !same_selection(gb + r * KB, cb + r * KB, KB, bsc, bcut, btol);
-        for (int j = 0; j < nvis; j++) { /* the CPU's candidate blocks restrict the reference */
-            bool kept = false;
-            for (int b = 0; b < KB; b++) kept |= cb[r * KB + b] == j / bs;
-            if (!kept) sc[j] = -INFINITY;
-        }
-        cut = cut_of(sc, nvis, K, &tol);
-        bad2 += !same_selection(g2 + r * K, c2 + r * K, K, sc, cut, tol);
+        CHECKF(bad == 0, "indexer Hi %d di %d nk %d K %d m %d ratio %d exact %d %s: %d rows select (or pick blocks) differently "
+               "beyond ties", Hi, di, nk, K, m, ratio, exact, precs[pr].name, bad);
+        CHECKF(bad2 == 0, "restricted selections differ beyond ties in %d rows (%s)", bad2, precs[pr].name);
     }
-    CHECKF(bad == 0, "indexer Hi %d di %d nk %d K %d ratio %d: %d rows select differently beyond ties", Hi, di, nk, K, ratio, bad);
-    CHECKF(bad_blocks == 0, "candidate blocks differ beyond ties in %d rows", bad_blocks);
-    CHECKF(bad2 == 0, "restricted selections differ beyond ties in %d rows", bad2);
+    backend_cuda_precision(gpu, CUDA_BF16X3);
     pair_t *all[] = {&tq, &tw, &tk, &sel, &blocks, &sel2, &cand};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
-    free(q), free(w), free(keys), free(g), free(c), free(gb), free(cb), free(g2), free(c2), free(sc), free(bsc);
+    free(q), free(w), free(keys), free(g), free(c), free(gb), free(cb), free(g2), free(c2), free(sc);
+}
+
+static void indexer_case(int Hi, int di, int nk, int K, int KB, int bs, int m, int64_t pos0, int ratio) {
+    indexer_case_at(Hi, di, nk, K, KB, bs, m, pos0, ratio, false);
 }
 
 static void test_indexer(void) {
@@ -460,6 +523,98 @@ static void test_indexer(void) {
     indexer_case(32, 128, 3000, 512, 64, 8, 3, 2990, 1);  /* V4.1 head shapes, ids above 1024 */
     indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
     indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
+    /* tensor cores (32 rows or more): rows past the last tile, part tiles, several rows a block */
+    indexer_case_at(32, 128, 3000, 512, 64, 8, 40, 2950, 1, false); /* V4.1 shapes */
+    indexer_case_at(32, 128, 1100, 512, 64, 8, 45, 2000, 2, true);  /* exact (QAT) queries and keys: every mode exact */
+    indexer_case_at(20, 64, 300, 40, 20, 6, 70, 0, 1, false);       /* 20 heads (padded to 32), visibility from 1 */
+    indexer_case_at(3, 32, 90, 5, 3, 4, 33, 100, 2, true);          /* 3 heads: 8 rows a block; 9 rows see nothing */
+}
+
+/* Prefill spans (tensor cores) and decode spans (CUDA cores) in one call, every precision: each
+ * row against the CPU, the same bits as its span alone where the path promises it (a row's
+ * numbers do not depend on its batch), rows outside the spans untouched. */
+static void test_tc_spans(void) {
+    enum { M = 120, H = 16, D = 128, W = 24, K = 40, HI = 16, DI = 64, KI = 24, KB = 6, BSZ = 4, NS = 5 };
+    bk_span_t sp[NS] = {{.r0 = 0, .n = 40, .pos0 = 10},                  /* window partly before the start */
+                        {.r0 = 40, .n = 3, .pos0 = 500},                 /* decode-sized: CUDA cores */
+                        {.r0 = 43, .n = 0, .pos0 = 9},
+                        {.r0 = 45, .n = 70, .pos0 = 1000, .win_lo = 1030}, /* early rows: no window, no pool */
+                        {.r0 = 115, .n = 1, .pos0 = 77}};
+    int npool[NS] = {150, 90, 10, 0, 33};
+    float *q = t_rand_vec((size_t)(M * H * D), 1.0f), *kv = t_rand_vec((size_t)(M * D), 1.0f), *sink = t_rand_vec(H, 2.0f);
+    int32_t *sel = xmalloc((size_t)(M * K) * 4);
+    for (int i = 0; i < M * K; i++) sel[i] = -1;
+    pair_t tq = putf(q, M, H * D), tk = putf(kv, M, D), ts = putf(sink, 1, H), rings[NS], pools[NS], keys[NS];
+    bk_span_t gs[NS], cs[NS];
+    float *iq = rand_keys((size_t)(M * HI * DI), true), *iw = t_rand_vec((size_t)(M * HI), 1.0f), *kh[NS];
+    for (int i = 0; i < NS; i++) {
+        float *r = t_rand_vec((size_t)(W * D), 1.0f), *p = t_rand_vec((size_t)(npool[i] + 1) * D, 1.0f);
+        int32_t *si = rand_sel((int)sp[i].n, K, npool[i]);
+        memcpy(sel + sp[i].r0 * K, si, (size_t)(sp[i].n * K) * 4);
+        kh[i] = rand_keys((size_t)(npool[i] + 1) * DI, true);
+        rings[i] = putf(r, W, D), pools[i] = putf(p, npool[i] + 1, D), keys[i] = putf(kh[i], npool[i] + 1, DI);
+        gs[i] = cs[i] = sp[i];
+        gs[i].ring = rings[i].g, cs[i].ring = rings[i].c;
+        gs[i].pool = bk_rows(pools[i].g, 0, npool[i]), cs[i].pool = bk_rows(pools[i].c, 0, npool[i]);
+        gs[i].keys = bk_rows(keys[i].g, 0, npool[i]), cs[i].keys = bk_rows(keys[i].c, 0, npool[i]);
+        free(r), free(p), free(si);
+    }
+    pair_t tsel = puti(sel, M, K), o = out2(BK_F32, M, H * D), o1 = out2(BK_F32, M, H * D);
+    pair_t tiq = putf(iq, M, HI * DI), tiw = putf(iw, M, HI);
+    poison_on(cpu, o.c);
+    cpu->attention_spans(cpu, o.c, tq.c, ts.c, 0.07f, tk.c, W, cs, NS, &tsel.c);
+    /* the indexer's keys sit at their groups' positions: span i's rows see (pos + 1) / 2 of its entries */
+    for (int i = 0; i < NS; i++) gs[i].pos0 = cs[i].pos0 = 2 * npool[i] - sp[i].n + 3 * i - 9 > 0 ? 2 * npool[i] - sp[i].n + 3 * i - 9 : 0;
+    pair_t s1 = out2(BK_I32, M, KI), b1 = out2(BK_I32, M, KB), s2 = out2(BK_I32, M, KI), b2 = out2(BK_I32, M, KB);
+    int32_t cbk[M * KB], csel[M * KI];
+    cpu->indexer_spans(cpu, s1.c, &b1.c, tiq.c, tiw.c, cs, NS, 2, NULL, BSZ, 0.1f, 0.3f);
+    cpu->download(cpu, csel, s1.c), cpu->download(cpu, cbk, b1.c);
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
+        backend_cuda_precision(gpu, precs[pr].p);
+        for (int i = 0; i < NS; i++) gs[i].pos0 = sp[i].pos0;
+        poison(o.g), poison(o1.g);
+        gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.07f, tk.g, W, gs, NS, &tsel.g);
+        for (int i = 0; i < NS; i++) gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.07f, tk.g, W, gs + i, 1, &tsel.g);
+        char what[96];
+        snprintf(what, sizeof what, "attention_spans, prefill and decode spans, %s", precs[pr].name);
+        compare(o, precs[pr].attn_tol, what); /* NaN where the CPU kept the poison: rows outside the spans */
+        /* the same bits: rows on the tensor cores, and one-row spans (cut into the same key ranges) */
+        float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
+        bool tc = precs[pr].p == CUDA_BF16X2 || precs[pr].p == CUDA_BF16;
+        int diff = 0;
+        for (int i = 0; i < NS; i++)
+            if (sp[i].n == 1 || (tc && sp[i].n >= 32))
+                diff += memcmp(u + sp[i].r0 * H * D, v + sp[i].r0 * H * D, (size_t)(sp[i].n * H * D) * 4) != 0;
+        CHECKF(diff == 0, "attention_spans %s: %d spans differ batched and alone", precs[pr].name, diff);
+        free(u), free(v);
+        /* indexer: batched == one span at a time, bit for bit; selections == the CPU's (exact inputs) */
+        for (int i = 0; i < NS; i++) gs[i].pos0 = cs[i].pos0;
+        poison(s1.g), poison(b1.g), poison(s2.g), poison(b2.g);
+        gpu->indexer_spans(gpu, s1.g, &b1.g, tiq.g, tiw.g, gs, NS, 2, NULL, BSZ, 0.1f, 0.3f);
+        for (int i = 0; i < NS; i++) gpu->indexer_spans(gpu, s2.g, &b2.g, tiq.g, tiw.g, gs + i, 1, 2, NULL, BSZ, 0.1f, 0.3f);
+        int32_t a[M * KI], b[M * KI], ab[M * KB], bb[M * KB];
+        gpu->download(gpu, a, s1.g), gpu->download(gpu, b, s2.g), gpu->download(gpu, ab, b1.g), gpu->download(gpu, bb, b2.g);
+        CHECKF(!memcmp(a, b, sizeof a) && !memcmp(ab, bb, sizeof ab), "indexer_spans %s: batched differs from one span at a time",
+               precs[pr].name);
+        int bad = 0, kept = 0;
+        double sc[200];
+        for (int i = 0; i < NS; i++)
+            for (int64_t r = 0; r < sp[i].n; r++) {
+                int64_t row = sp[i].r0 + r, nvis = (cs[i].pos0 + r + 1) / 2 < npool[i] ? (cs[i].pos0 + r + 1) / 2 : npool[i];
+                ref_scores(iq + row * HI * DI, iw + row * HI, kh[i], HI, DI, (int)nvis, 0.1f, 0.3f, sc);
+                bad += !row_agrees(a + row * KI, csel + row * KI, KI, ab + row * KB, cbk + row * KB, KB, BSZ, sc, (int)nvis, 1e-5);
+            }
+        CHECKF(bad == 0, "indexer_spans %s: %d rows select differently from the CPU beyond ties", precs[pr].name, bad);
+        for (int r = 0; r < M; r++) /* rows 43, 44 and 116.. are in no span: still poisoned */
+            if ((r >= 43 && r < 45) || r >= 116)
+                for (int k = 0; k < KI; k++) kept += a[r * KI + k] == 0x7FC00000;
+        CHECK_EQ(kept, 6 * KI);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+    pair_t *all[] = {&tq, &tk, &ts, &tsel, &o, &o1, &tiq, &tiw, &s1, &b1, &s2, &b2};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    for (int i = 0; i < NS; i++) free2(&rings[i]), free2(&pools[i]), free2(&keys[i]), free(kh[i]);
+    free(q), free(kv), free(sink), free(sel), free(iq), free(iw);
 }
 
 static void test_router(void) {
@@ -871,6 +1026,7 @@ int main(void) {
         {"test_rmsnorm", test_rmsnorm}, {"test_rope", test_rope}, {"test_qat", test_qat}, {"test_hc", test_hc},
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
+        {"test_tc_spans", test_tc_spans},
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
         {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph}, {"test_pick", test_pick},
     };
