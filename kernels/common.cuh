@@ -180,3 +180,13 @@ __device__ __forceinline__ ix_row_t ix_row(const ix_args_t &a, int64_t b) {
 }
 
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The experts' activation silu(min(g, limit)) * clamp(u, -limit, limit) (limit <= 0: none), fp32
+// (k_moe_act and the fused up projections of matmul_tcs).
+__device__ __forceinline__ float moe_act_dev(float g, float u, float limit) {
+    if (limit > 0) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}

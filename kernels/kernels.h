@@ -56,6 +56,12 @@ typedef struct {
     int sms;            /* CUDA cores: the GPU's multiprocessors (blocks loop over output groups, one wave in all) */
     int64_t x_group_n;
     int x_vec;
+    /* Grouped on the tensor cores at few positions (k_matmul_tcs) with wtab2 (weights of w's
+     * format and shape): out[p] = wpos[p] * act(W x, W2 x) (wpos NULL: 1) with k_moe_act's act
+     * and limit: the experts' up projections w1, w3 and their activation in one launch. */
+    const kw_t *wtab2;
+    const float *wpos;
+    float limit;
 } mm_args_t;
 
 /* True when the fast kernels can read this weight (else k_matmul_simt uses a plain one). */
@@ -65,7 +71,8 @@ cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
 int k_matmul_tc_ok(const kw_t *w);
 cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores for grouped matmuls with few positions per group (matmul_tcs.cu): 128 output
- * rows per block, 8 positions a pass; FP8/FP4 weights, k a multiple of 32, no split. */
+ * rows per block, up to 8 positions a pass (at most m); FP8/FP4 weights, k a multiple of 32,
+ * no split; wtab2: the fused up projections (mm_args_t). */
 int k_matmul_tcs_ok(const kw_t *w);
 cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s);
 

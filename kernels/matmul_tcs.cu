@@ -1,24 +1,37 @@
-// Grouped (MoE) matmul on the tensor cores for few positions per expert (decode batches): the
-// weights are the 16-row side of mma.sync m16n8k16 and eight positions the 8-column side, so
-// a pass wastes at most seven positions where a 128-position tile would waste 120. A block
-// of 8 warps takes 128 output rows of one expert; each warp streams 16 rows (16 bytes per
-// row and lane, eight steps in flight) and dequantizes them into bf16 fragments in registers.
-// The reduction order inside a step is a permutation of k shared by both operands: lane
-// (g, c) loads the contiguous bytes of chunk c of its rows g and g + 8, and its fragment
-// slots for logical k 2c, 2c+1, 2c+8, 2c+9 of sub-step j take physical k 4j .. 4j+3 of that
-// chunk. The staged activations are stored in that order as TERMS bf16 pieces (as in
-// matmul_tc.cu), split once per block, so that a lane's B fragment is one 8-byte read per
-// piece and the four lanes of a row read consecutive words. A position's result depends on
-// its own activations alone (not on the positions sharing its pass), so batching does not
-// change it.
+// Grouped (MoE) matmul on the tensor cores for few positions per expert (decode batches). The
+// weights are the 16-row side of mma.sync m16n8k16; the 8-column side holds (position, bf16
+// piece) pairs, so one position's three pieces (bf16x3) share one instruction and a pass of np
+// positions costs ceil(np * pieces / 8) instructions per 16 x 16 weights; a position's pieces
+// are added after the reduction. A block of 16 warps takes 128 output rows of one expert: two
+// warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
+// order at the end. A warp streams its rows 16 bytes per row and lane a step, each step's loads
+// issued TS_U of its steps ahead (loads and scale bytes alike: nothing waits for them before
+// the step is consumed), and dequantizes them into bf16 fragments in registers:
+// - e2m1: a word of eight codes becomes four bf16 pairs by a mask, a multiply and a mask that
+//   put each code's sign, exponent and mantissa bits in a bf16's (the value times 2^-126), then
+//   one bf16x2 multiply by the block scale times 2^126: exact, as the scales are powers of two
+//   (a step whose scales are not, or would overflow, takes the fp32 route, the same bits).
+// - e4m3: the hardware conversion to half, the fp32 scale, a bf16 pack.
+// The reduction order inside a step is a permutation of k shared by both operands: lane (g, c)
+// loads the contiguous bytes of chunk c of its rows g and g + 8, and its fragment slots for
+// logical k 2c, 2c+1, 2c+8, 2c+9 of sub-step j take the chunk's physical k ts_pick lists. The
+// staged activations are stored in that order (split into pieces once per block, as many
+// columns at a time as shared memory takes), so that a lane's B fragment is one 8-byte read and
+// the four lanes of a column read 32 bytes in a row. With wtab2 (the up projections w1 and w3)
+// a warp streams the same rows of both, reading the activations once, and writes
+// wpos * act(w1 x, w3 x). The loop over a warp's steps holds one step's code (the ring of loads
+// moves down a slot instead of being unrolled): these launches are short, and their code is
+// fetched cold.
+// A position's columns depend on its own activations alone and the order of every sum is
+// fixed, so neither the pass it shares nor its expert's count changes its result.
 #include "common.cuh"
 
-#define TS_WARPS 8
-#define TS_ROWS (16 * TS_WARPS) // output rows per block
-#define TS_NP 8                 // positions per pass
-#define TS_U 8                  // steps in flight (128 bytes per lane)
-#define TS_KC 2048              // staged columns per position (a multiple of every step width)
-#define TS_LDX (TS_KC + 16)     // staged row stride in bf16: four rows' 32-byte words in distinct banks
+#define TS_WARPS 16
+#define TS_ROWS 128   // output rows per block: 8 groups of 16, each taken by two warps
+#define TS_NP 8       // positions per pass, at most
+#define TS_U 2        // a warp's steps in flight (the prologue fetches both)
+#define TS_KQ 512     // staged columns come in multiples of this (of two steps, so a warp keeps its parity)
+#define TS_SMEM (200 << 10)
 
 extern "C" int k_matmul_tcs_ok(const kw_t *w) {
     return (w->kind == KW_FP8 || w->kind == KW_FP4) && w->cols % 32 == 0 && w->block_cols == 32 &&
@@ -38,153 +51,305 @@ __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, u
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Elements a lane takes per row and step (16 bytes), and the sub-steps of 4 they make.
+// Elements a lane takes per row and step (16 bytes), the sub-steps of 4 they make, the step's width.
 template <int KIND> struct ts_fmt {
     static const int ept = KIND == KW_FP8 ? 16 : 32, subs = ept / 4, step = 4 * ept;
 };
 
-// Physical k 4j .. 4j+3 of a lane's chunk, times the block scale, as two bf16 pairs.
-template <int KIND>
-__device__ __forceinline__ void decode4(const uint4 &raw, int j, float s, uint32_t &lo, uint32_t &hi) {
+// Slot i of a sub-step's four activations (fragment slots 2c, 2c+1, 2c+8, 2c+9) is column
+// ts_pick(i) of the 8 that feed two sub-steps; the second sub-step's are 4 (e4m3) or 2 (e2m1)
+// further (e2m1 pairs codes 4 apart, e2m1_pair).
+__device__ __forceinline__ int ts_pick(int kind, int i) { return kind == KW_FP8 ? i : (i & 1) * 4 + (i >> 1); }
+
+// e2m1 codes i and i + 4 of word w (code i in bits 4i .. 4i+3) as a bf16 pair, value * 2^-126
+// each: the multiply copies the isolated codes to shifts 12 (sign to bit 15) and 6 (exponent and
+// mantissa to bits 8..6) of their halves without carries, the last mask keeps those fields.
+template <int I> __device__ __forceinline__ uint32_t e2m1_pair(uint32_t w) {
+    uint32_t v = I < 2 ? w : w >> 8;
+    return (I & 1 ? (v & 0x00F000F0u) * 0x104u : (v & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+}
+
+// The weights of one sub-step from a 32-bit word of a lane's chunk (e4m3: the word's four; e2m1:
+// codes 2h, 2h+4 and 2h+1, 2h+5 of its eight): lo and hi the bf16 pairs for slots (2c, 2c+1)
+// and (2c+8, 2c+9). FAST (e2m1): m is the bf16x2 multiplier, else s the fp32 scale.
+template <int KIND, int H, bool FAST>
+__device__ __forceinline__ void ts_sub(uint32_t w, uint32_t m, float s, uint32_t &lo, uint32_t &hi) {
     if (KIND == KW_FP8) {
-        uint32_t w = j == 0 ? raw.x : j == 1 ? raw.y : j == 2 ? raw.z : raw.w;
         __half2_raw h0 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFF), __NV_E4M3);
         __half2_raw h1 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
         float2 f0 = __half22float2(__half2(h0)), f1 = __half22float2(__half2(h1));
         lo = pack2_bf16(f0.x * s, f0.y * s), hi = pack2_bf16(f1.x * s, f1.y * s);
+    } else if (FAST) {
+        __nv_bfloat162 mm = *(__nv_bfloat162 *)&m;
+        uint32_t p0 = e2m1_pair<2 * H>(w), p1 = e2m1_pair<2 * H + 1>(w);
+        __nv_bfloat162 r0 = __hmul2_rn(*(__nv_bfloat162 *)&p0, mm), r1 = __hmul2_rn(*(__nv_bfloat162 *)&p1, mm);
+        lo = *(uint32_t *)&r0, hi = *(uint32_t *)&r1;
     } else {
-        uint32_t w = (j >> 1) == 0 ? raw.x : (j >> 1) == 1 ? raw.y : (j >> 1) == 2 ? raw.z : raw.w;
-        uint32_t b = w >> (16 * (j & 1));
-        lo = pack2_bf16(e2m1_f(b) * s, e2m1_f(b >> 4) * s), hi = pack2_bf16(e2m1_f(b >> 8) * s, e2m1_f(b >> 12) * s);
+        lo = pack2_bf16(e2m1_f(w >> (8 * H)) * s, e2m1_f(w >> (8 * H + 16)) * s);
+        hi = pack2_bf16(e2m1_f(w >> (8 * H + 4)) * s, e2m1_f(w >> (8 * H + 20)) * s);
     }
 }
 
-// Stages activations [kc, kc + kn) of positions p0 .. p0+np-1 (zeros beyond np and up to the
-// step-rounded width kr) as TERMS bf16 pieces in the lanes' order: float4 q = c * subs + j of a
-// step goes to 8-byte word j * 4 + c.
+// Stages activations [kc, kc + kn) of positions p0 .. p0+np-1 (zeros from kn up to the
+// step-rounded width kr) as TERMS bf16 pieces in the lanes' order, 8 columns an item; rows of
+// ldx elements, piece p of position t in row p * npass + t.
 template <int KIND, int TERMS>
-__device__ __forceinline__ void ts_stage(__nv_bfloat16 *xs, const mm_args_t &a, const int64_t *xoff, int np, int64_t kc,
-                                         int kn, int kr) {
-    const int subs = ts_fmt<KIND>::subs, step = ts_fmt<KIND>::step;
-    int per = kr >> 2, total = TS_NP * per;
+__device__ __forceinline__ void ts_stage(__nv_bfloat16 *xs, int ldx, int npass, const mm_args_t &a, const int64_t *xoff, int np,
+                                         int64_t kc, int kn, int kr) {
+    const int EPT = ts_fmt<KIND>::ept, STEP = ts_fmt<KIND>::step;
+    int per = kr >> 3, total = np * per;
     for (int i = threadIdx.x; i < total; i += blockDim.x) {
-        int t = i / per, q4 = i - t * per, e = 4 * q4;
-        float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (t < np && e < kn) {
+        int t = i / per, e = (i - t * per) * 8;
+        float r[8];
+        if (e < kn) {
             const float *src = a.x + xoff[t] + kc + e;
             if (a.x_vec) {
-                float4 v = __ldg((const float4 *)src);
-                r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+                float4 v0 = __ldg((const float4 *)src), v1 = __ldg((const float4 *)src + 1);
+                r[0] = v0.x, r[1] = v0.y, r[2] = v0.z, r[3] = v0.w, r[4] = v1.x, r[5] = v1.y, r[6] = v1.z, r[7] = v1.w;
             } else {
 #pragma unroll
-                for (int z = 0; z < 4; z++) r[z] = src[z];
+                for (int z = 0; z < 8; z++) r[z] = src[z];
             }
+        } else {
+#pragma unroll
+            for (int z = 0; z < 8; z++) r[z] = 0.0f;
         }
-        int in = q4 % (step / 4), c = in / subs, j = in - c * subs;
-        __nv_bfloat16 *dst = xs + t * TS_LDX + (q4 - in) * 4 + (j * 4 + c) * 4;
+        int s = e / STEP, in = e - s * STEP, c = in / EPT, j = (in - c * EPT) >> 2; /* the first of two sub-steps */
+        __nv_bfloat16 *dst = xs + t * ldx + s * STEP + (j * 4 + c) * 4;
 #pragma unroll
-        for (int p = 0; p < TERMS; p++) { /* each piece the bf16 of what the earlier ones left */
-            float h[4];
+        for (int h = 0; h < 2; h++) {
+            float v[4];
 #pragma unroll
-            for (int z = 0; z < 4; z++) h[z] = __bfloat162float(__float2bfloat16_rn(r[z])), r[z] -= h[z];
-            *(uint2 *)(dst + p * TS_NP * TS_LDX) = make_uint2(pack2_bf16(h[0], h[1]), pack2_bf16(h[2], h[3]));
+            for (int z = 0; z < 4; z++) v[z] = r[ts_pick(KIND, z) + (KIND == KW_FP8 ? 4 : 2) * h];
+#pragma unroll
+            for (int p = 0; p < TERMS; p++) { /* each piece the bf16 of what the earlier ones left */
+                float b[4];
+#pragma unroll
+                for (int z = 0; z < 4; z++) b[z] = __bfloat162float(__float2bfloat16_rn(v[z])), v[z] -= b[z];
+                *(uint2 *)(dst + h * 16 + p * npass * ldx) = make_uint2(pack2_bf16(b[0], b[1]), pack2_bf16(b[2], b[3]));
+            }
         }
     }
 }
 
-template <int KIND, int TERMS>
-__global__ void __launch_bounds__(TS_WARPS * 32, 2) mm_tcs_kernel(mm_args_t a) {
-    extern __shared__ __align__(16) __nv_bfloat16 xs[]; // [TERMS][TS_NP][TS_LDX]
+// A warp's registers: its rows' loads and scale bits of its TS_U next steps (slot 0 the next
+// to consume), its accumulators (sets: even and odd sub-steps with one weight, two chains),
+// where its rows and its B fragments are.
+template <int KIND, int TERMS, bool PAIR> struct ts_warp {
+    typedef ts_fmt<KIND> F;
+    static const int NM = PAIR ? 2 : 1, NA = 3 - NM;
+    uint4 raw[TS_U][NM][2];
+    uint32_t sraw[TS_U][NM][2]; /* the scales' bits: fp32, or the UE8M0 byte (0x100: past the reduction) */
+    float acc[NA][NM][TERMS][4];
+    const uint8_t *data[NM], *scale[NM]; /* the rows' bytes at data[mi] + doff[h], scales at scale[mi] + soff[h] */
+    uint32_t doff[2], soff[2];
+    int xq[TERMS]; /* column g of instruction q in xs: piece ci % TERMS of position ci / TERMS, ci = 8q + g */
+    int c, kh;     /* the lane's chunk, the warp's steps (kh, kh + 2, ...) */
+
+    // Issues the loads of the step at column k into ring slot UI (zeros past the reduction).
+    template <int UI> __device__ __forceinline__ void fetch(const mm_args_t &a, int64_t k) {
+        int64_t kl = k + c * F::ept;
+        bool ok = kl < a.k;
+        uint32_t off = KIND == KW_FP8 ? (uint32_t)kl : (uint32_t)kl / 2;
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *sp = scale[mi] + soff[h];
+                raw[UI][mi][h] = ok ? __ldg((const uint4 *)(data[mi] + doff[h] + off)) : make_uint4(0, 0, 0, 0);
+                sraw[UI][mi][h] = !ok ? (a.w.scale_f32 ? 0u : 0x100u)
+                                      : a.w.scale_f32 ? __ldg((const unsigned *)sp + (kl >> 5)) : __ldg(sp + (kl >> 5));
+            }
+    }
+
+    // Slot 0 with NQ instructions per sub-step, its staged activations at column ks of xs.
+    template <int NQ, bool FAST>
+    __device__ __forceinline__ void step(const __nv_bfloat16 *xs, int ks, const uint32_t (&m)[NM][2], const float (&sc)[NM][2]) {
+        const int SW = F::subs / 4; /* sub-steps per 32-bit word */
+#pragma unroll
+        for (int j = 0; j < F::subs; j++) {
+            uint32_t lo[NM][2], hi[NM][2];
+#pragma unroll
+            for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint4 &r = raw[0][mi][h];
+                    const int q4 = j / SW;
+                    uint32_t w = q4 == 0 ? r.x : q4 == 1 ? r.y : q4 == 2 ? r.z : r.w;
+                    if (j % SW) ts_sub<KIND, 1, FAST>(w, m[mi][h], sc[mi][h], lo[mi][h], hi[mi][h]);
+                    else ts_sub<KIND, 0, FAST>(w, m[mi][h], sc[mi][h], lo[mi][h], hi[mi][h]);
+                }
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                uint2 b = *(const uint2 *)(xs + xq[q] + ks + j * 16);
+#pragma unroll
+                for (int mi = 0; mi < NM; mi++)
+                    mma16816(acc[j % NA][mi][q], lo[mi][0], lo[mi][1], hi[mi][0], hi[mi][1], b.x, b.y);
+            }
+        }
+    }
+
+    // Consumes slot 0 (e2m1: the bf16 route when every scale of the warp's step allows it), moves
+    // the ring down and fetches the warp's step TS_U further.
+    template <int NQ> __device__ __forceinline__ void next(const mm_args_t &a, const __nv_bfloat16 *xs, int ks, int64_t kc) {
+        uint32_t m[NM][2];
+        float sc[NM][2];
+        bool fast = true;
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) { /* bf16 of scale * 2^126, exact and finite */
+                uint32_t r = sraw[0][mi][h];
+                sc[mi][h] = a.w.scale_f32 ? __uint_as_float(r) : r > 255 ? 0.0f : e8m0_f((uint8_t)r);
+                uint32_t b = __float_as_uint(sc[mi][h] * 0x1p126f);
+                fast &= (b & 0xFFFFu) == 0 && (b & 0x7F800000u) != 0x7F800000u;
+                m[mi][h] = (b >> 16) * 0x10001u;
+            }
+        if (KIND == KW_FP8) step<NQ, false>(xs, ks, m, sc);
+        else if (__builtin_expect(__all_sync(0xFFFFFFFFu, fast), 1)) step<NQ, true>(xs, ks, m, sc);
+        else step<NQ, false>(xs, ks, m, sc);
+#pragma unroll
+        for (int u = 0; u + 1 < TS_U; u++)
+#pragma unroll
+            for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) raw[u][mi][h] = raw[u + 1][mi][h], sraw[u][mi][h] = sraw[u + 1][mi][h];
+        fetch<TS_U - 1>(a, kc + ks + 2 * TS_U * F::step);
+    }
+
+    // One pass over the reduction: chunks of kcw columns staged, then the warp's steps streamed.
+    template <int NQ>
+    __device__ __forceinline__ void reduce(const mm_args_t &a, __nv_bfloat16 *xs, int kcw, int npass, const int64_t *xoff, int np) {
+        for (int64_t kc = 0; kc < a.k; kc += kcw) {
+            int kn = (int)min((int64_t)kcw, a.k - kc), kr = (kn + F::step - 1) / F::step * F::step;
+            __syncthreads();
+            ts_stage<KIND, TERMS>(xs, kcw + 16, npass, a, xoff, np, kc, kn, kr);
+            __syncthreads();
+#pragma unroll 1
+            for (int ks = kh * F::step; ks < kr; ks += 2 * F::step) next<NQ>(a, xs, ks, kc);
+        }
+    }
+};
+
+// kcw: staged columns per chunk (a multiple of TS_KQ); rows of kcw + 16 elements (four rows'
+// 32-byte words in distinct banks).
+template <int KIND, int TERMS, bool PAIR>
+__global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, int npass, int kcw) {
+    extern __shared__ __align__(16) __nv_bfloat16 xs[]; // [TERMS][npass][kcw + 16]; the epilogue's sums after a pass
     __shared__ int64_t xoff[TS_NP];
-    const int EPT = ts_fmt<KIND>::ept, SUBS = ts_fmt<KIND>::subs, STEP = ts_fmt<KIND>::step;
+    typedef ts_warp<KIND, TERMS, PAIR> W;
+    const int NM = W::NM, NA = W::NA;
     int gi = blockIdx.z;
     if (gi >= a.counts[0]) return;
     int grp = a.active[gi];
     int64_t pb = a.offsets[grp], pe = a.offsets[grp + 1];
-    kw_t w = a.w;
-    w.data = a.wtab[grp].data, w.scale = a.wtab[grp].scale;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    int64_t o0 = (int64_t)blockIdx.x * TS_ROWS + warp * 16;
-    int64_t r0 = a.row0 + min(o0 + g, a.n - 1), r1 = a.row0 + min(o0 + g + 8, a.n - 1);
-    size_t rowb = KIND == KW_FP8 ? (size_t)w.cols : (size_t)w.cols / 2;
-    const uint8_t *d0 = w.data + (size_t)r0 * rowb, *d1 = w.data + (size_t)r1 * rowb;
-    const uint8_t *s0 = row_scales(w, w.scale, r0), *s1 = row_scales(w, w.scale, r1);
-    for (int64_t p0 = pb; p0 < pe; p0 += TS_NP) {
-        int np = (int)min((int64_t)TS_NP, pe - p0);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ldx = kcw + 16;
+    int64_t o0 = (int64_t)blockIdx.x * TS_ROWS + (warp & 7) * 16;
+    W st;
+    st.c = lane & 3, st.kh = warp >> 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* an expert's weight is far below 4 GB: 32-bit row offsets, the same in both */
+        int64_t r = a.row0 + min(o0 + g + 8 * h, a.n - 1);
+        st.doff[h] = (uint32_t)(r * (KIND == KW_FP8 ? a.w.cols : a.w.cols / 2));
+        st.soff[h] = (uint32_t)(r / a.w.block_rows * ((a.w.cols + 31) >> 5) * (a.w.scale_f32 ? 4 : 1)); /* row_scales' */
+    }
+#pragma unroll
+    for (int mi = 0; mi < NM; mi++) st.data[mi] = (mi ? a.wtab2 : a.wtab)[grp].data, st.scale[mi] = (mi ? a.wtab2 : a.wtab)[grp].scale;
+    for (int64_t p0 = pb; p0 < pe; p0 += npass) {
+        int np = (int)min((int64_t)npass, pe - p0), nq = (np * TERMS + 7) >> 3;
+        st.template fetch<0>(a, (int64_t)st.kh * W::F::step); /* the ring: the warp's first two steps */
+        st.template fetch<1>(a, (int64_t)(2 + st.kh) * W::F::step);
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
             int64_t p = p0 + threadIdx.x; /* x row: gathered (up projections) or the position itself (down) */
             xoff[threadIdx.x] = threadIdx.x < np ? (a.x_rows ? a.x_rows[p] : p) * a.ldx : 0;
         }
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int64_t kc = 0; kc < a.k; kc += TS_KC) {
-            int kn = (int)min((int64_t)TS_KC, a.k - kc), kr = (kn + STEP - 1) / STEP * STEP;
-            __syncthreads();
-            ts_stage<KIND, TERMS>(xs, a, xoff, np, kc, kn, kr);
-            __syncthreads();
-            const __nv_bfloat16 *xg = xs + g * TS_LDX;
-            for (int kb = 0; kb < kr; kb += TS_U * STEP) {
-                uint4 raw[TS_U][2];
 #pragma unroll
-                for (int u = 0; u < TS_U; u++) {
-                    int64_t k = kc + kb + u * STEP + c * EPT;
-                    bool ok = kb + u * STEP < kr && k < kc + kn;
-                    size_t off = KIND == KW_FP8 ? (size_t)k : (size_t)k / 2;
-                    raw[u][0] = ok ? __ldg((const uint4 *)(d0 + off)) : make_uint4(0, 0, 0, 0);
-                    raw[u][1] = ok ? __ldg((const uint4 *)(d1 + off)) : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-                for (int u = 0; u < TS_U; u++) {
-                    int ks = kb + u * STEP;
-                    if (ks >= kr) break;
-                    int64_t k = kc + ks + c * EPT;
-                    float sc0 = k < a.k ? scale_of(s0, w.scale_f32, k) : 0.0f, sc1 = k < a.k ? scale_of(s1, w.scale_f32, k) : 0.0f;
-#pragma unroll
-                    for (int j = 0; j < SUBS; j++) {
-                        uint32_t a0, a1, a2, a3;
-                        decode4<KIND>(raw[u][0], j, sc0, a0, a2);
-                        decode4<KIND>(raw[u][1], j, sc1, a1, a3);
-#pragma unroll
-                        for (int t = 0; t < TERMS; t++) {
-                            uint2 b = *(const uint2 *)(xg + t * TS_NP * TS_LDX + ks + (j * 4 + c) * 4);
-                            mma16816(acc, a0, a1, a2, a3, b.x, b.y);
-                        }
-                    }
-                }
-            }
+        for (int q = 0; q < TERMS; q++) {
+            int ci = 8 * q + g, p = min(ci / TERMS, npass - 1);
+            st.xq[q] = ((ci % TERMS) * npass + p) * ldx + st.c * 4;
         }
-        /* acc: rows g and g + 8 of the warp, positions 2c and 2c + 1 */
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int64_t o = o0 + g + (i >> 1) * 8, p = 2 * c + (i & 1);
-            if (o < a.n && p < np) a.out[(p0 + p) * a.ldo + o] = acc[i];
+        for (int i = 0; i < NA * NM * TERMS * 4; i++) (&st.acc[0][0][0][0])[i] = 0.0f;
+        if (nq == 1 || TERMS == 1) st.template reduce<1>(a, xs, kcw, npass, xoff, np);
+        else if (nq == 2 || TERMS == 2) st.template reduce<TERMS < 2 ? 1 : 2>(a, xs, kcw, npass, xoff, np);
+        else st.template reduce<TERMS>(a, xs, kcw, npass, xoff, np);
+        /* acc[set][mi][q]: rows g and g + 8 of the warp's group, columns 2c and 2c + 1 of
+         * instruction q. Through shared memory the two halves of the steps are added, then the
+         * pieces of a position in piece order. */
+        int npt = np * TERMS;
+        float *red = (float *)xs; /* [kh][group][mi][16][npt] */
+        __syncthreads(); /* every warp is done with xs */
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int q = 0; q < TERMS; q++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int ci = 8 * q + 2 * st.c + (i & 1);
+                    float v = NA == 2 ? st.acc[0][mi][q][i] + st.acc[NA - 1][mi][q][i] : st.acc[0][mi][q][i];
+                    if (ci < npt) red[((warp * NM + mi) * 16 + g + (i >> 1) * 8) * npt + ci] = v;
+                }
+        __syncthreads();
+        for (int i = threadIdx.x; i < 8 * 16 * np; i += blockDim.x) {
+            int r = i & 15, p = (i >> 4) % np, grp16 = (i >> 4) / np;
+            float v[NM];
+#pragma unroll
+            for (int mi = 0; mi < NM; mi++) {
+                const float *s0 = red + ((grp16 * NM + mi) * 16 + r) * npt + p * TERMS, *s1 = s0 + 8 * NM * 16 * npt;
+                v[mi] = s0[0] + s1[0];
+#pragma unroll
+                for (int t = 1; t < TERMS; t++) v[mi] += s0[t] + s1[t];
+            }
+            int64_t o = (int64_t)blockIdx.x * TS_ROWS + grp16 * 16 + r;
+            if (o >= a.n) continue;
+            if (PAIR) {
+                float h = moe_act_dev(v[0], v[NM - 1], a.limit);
+                a.out[(p0 + p) * a.ldo + o] = a.wpos ? a.wpos[p0 + p] * h : h;
+            } else
+                a.out[(p0 + p) * a.ldo + o] = v[0];
         }
     }
 }
 
-template <int KIND, int TERMS>
+// The staged width: as many columns as TS_SMEM holds (all of a decode step's reduction at one
+// position a pass), at least TS_KQ. The epilogue's sums (16 warps x 2 weights x 16 rows x 24
+// columns of 4 bytes at most) fit too.
+static int ts_chunk(int64_t k, int terms, int npass) {
+    int64_t most = (TS_SMEM / (2 * terms * npass) - 16) / TS_KQ * TS_KQ, need = (k + TS_KQ - 1) / TS_KQ * TS_KQ;
+    return (int)(need < most ? need : most > TS_KQ ? most : TS_KQ);
+}
+
+template <int KIND, int TERMS, bool PAIR>
 static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
-    size_t smem = (size_t)TERMS * TS_NP * TS_LDX * sizeof(__nv_bfloat16);
+    int npass = (int)(a->m < TS_NP ? a->m : TS_NP); /* a position per token and expert at most */
+    int kcw = ts_chunk(a->k, TERMS, npass), nm = PAIR ? 2 : 1;
+    size_t stage = (size_t)TERMS * npass * (kcw + 16) * 2, red = (size_t)TS_WARPS * nm * 16 * TERMS * npass * 4;
     static bool raised;
     if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(mm_tcs_kernel<KIND, TERMS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(mm_tcs_kernel<KIND, TERMS, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, TS_SMEM);
         if (e != cudaSuccess) return e;
         raised = true;
     }
     dim3 grid((unsigned)ceil_div(a->n, TS_ROWS), 1, (unsigned)a->max_active);
-    mm_tcs_kernel<KIND, TERMS><<<grid, TS_WARPS * 32, smem, s>>>(*a);
+    mm_tcs_kernel<KIND, TERMS, PAIR><<<grid, TS_WARPS * 32, stage > red ? stage : red, s>>>(*a, npass, kcw);
     return DI_LAUNCHED();
 }
 
-template <int KIND>
+template <int KIND, bool PAIR>
 static cudaError_t ts_launch_terms(const mm_args_t *a, cudaStream_t s) {
-    if (a->act_terms >= 3) return ts_launch<KIND, 3>(a, s);
-    if (a->act_terms == 2) return ts_launch<KIND, 2>(a, s);
-    return ts_launch<KIND, 1>(a, s);
+    if (a->act_terms >= 3) return ts_launch<KIND, 3, PAIR>(a, s);
+    if (a->act_terms == 2) return ts_launch<KIND, 2, PAIR>(a, s);
+    return ts_launch<KIND, 1, PAIR>(a, s);
+}
+
+template <int KIND>
+static cudaError_t ts_launch_kind(const mm_args_t *a, cudaStream_t s) {
+    return a->wtab2 ? ts_launch_terms<KIND, true>(a, s) : ts_launch_terms<KIND, false>(a, s);
 }
 
 extern "C" cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s) {
     if (!k_matmul_tcs_ok(&a->w) || !a->wtab || a->splits > 1 || a->x_group_n) return cudaErrorInvalidValue;
-    if (a->n <= 0 || a->max_active <= 0) return cudaSuccess;
-    return a->w.kind == KW_FP8 ? ts_launch_terms<KW_FP8>(a, s) : ts_launch_terms<KW_FP4>(a, s);
+    if (a->n <= 0 || a->max_active <= 0 || a->m <= 0) return cudaSuccess;
+    return a->w.kind == KW_FP8 ? ts_launch_kind<KW_FP8>(a, s) : ts_launch_kind<KW_FP4>(a, s);
 }

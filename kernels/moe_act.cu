@@ -5,12 +5,7 @@ __global__ void moe_act_kernel(float *h, const float *g, const float *u, const f
                                float limit) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= P * I) return;
-    float gv = g[i], uv = u[i];
-    if (limit > 0) {
-        gv = fminf(gv, limit);
-        uv = fminf(fmaxf(uv, -limit), limit);
-    }
-    float a = gv / (1.0f + expf(-gv)) * uv;
+    float a = moe_act_dev(g[i], u[i], limit);
     h[i] = wpos ? wpos[i / I] * a : a;
 }
 

@@ -163,10 +163,12 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
                    .max_active = groups, .max_tiles = tiles, .positions = P};
     cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : use_tcs(c, &a) ? "moe experts (tensor cores, 8 a pass)"
                                                                                   : "moe experts (cuda cores)");
+    bool fused = use_tcs(c, &a); /* few positions per expert: w1, w3 and the activation in one launch */
+    if (fused) a.wtab2 = tab->dev + 2 * E, a.wpos = wpos, a.limit = limit;
     mm_run(c, &a, false); /* w1 */
     a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u;
-    mm_run(c, &a, false); /* w3 */
-    CU(k_moe_act(g, g, u, wpos, P, I, limit, c->stream));
+    if (!fused) mm_run(c, &a, false); /* w3 */
+    if (!fused) CU(k_moe_act(g, g, u, wpos, P, I, limit, c->stream));
     a = (mm_args_t){.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
                     .offsets = offsets, .active = active, .tiles = tl, .counts = counts, .max_active = groups,
                     .max_tiles = tiles, .positions = P};

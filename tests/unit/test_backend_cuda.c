@@ -14,6 +14,7 @@
  * activation rounded the other way, fp32 against double, moves outputs by a few 1e-4). */
 #include "backend_cpu.h"
 #include "backend_cuda.h"
+#include "dequant.h"
 #include "testlib.h"
 #include "testnum.h"
 #include "util.h"
@@ -77,11 +78,12 @@ typedef struct {
     bk_weight_t *g, *c;
 } weight_t;
 
-static weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols, int block_rows) {
-    weight_t w = {t_weight_random(kind, rows, cols, block_rows), NULL, NULL};
-    w.g = gpu->bind(gpu, &w.host.m);
-    w.c = cpu->bind(cpu, &w.host.m);
+static weight_t bind_weight(t_weight_t host) {
+    weight_t w = {host, gpu->bind(gpu, &host.m), cpu->bind(cpu, &host.m)};
     return w;
+}
+static weight_t make_weight(wq_kind_t kind, int64_t rows, int64_t cols, int block_rows) {
+    return bind_weight(t_weight_random(kind, rows, cols, block_rows));
 }
 static void free_weight(weight_t *w) {
     gpu->unbind(gpu, w->g);
@@ -895,6 +897,88 @@ static void test_moe_batch_invariance(void) {
     free(x), free(wt);
 }
 
+/* The experts at few positions per expert (matmul_tcs: w1, w3 and the activation in one launch,
+ * then w2) in every tensor-core precision, FP4 and FP8: 7 and 5 reduction blocks of 32 (steps
+ * whose lanes partly lie past the reduction, an odd number of steps), 131 (staged in two chunks
+ * at 8 positions a pass, in one alone), outputs that are no multiple of the 128-row block,
+ * expert e with e + 1 positions (one pass or two, one to three instructions per pass), and in
+ * FP4 one expert whose scales are 2^2 in every fifth block (the steps holding one take the fp32
+ * route, the others the bf16 one). Each row against the double reference (bf16x3 / bf16x2:
+ * within fp32 / 16-bit rounding of the activations, the FP8 weights' large products
+ * cancelling; bf16: the reference with the same bf16 roundings), outputs poisoned, and each row
+ * alone gives the batched bits (passes of one position instead of eight). */
+static void test_moe_tcs(void) {
+    enum { M = 9, K = 5, E = 9 };
+    struct {
+        wq_kind_t kind;
+        int D, I;
+        cuda_precision_t prec;
+        double tol;
+    } cases[] = {
+        {WQ_FP4, 224, 160, CUDA_BF16X3, 1e-4}, {WQ_FP8, 224, 160, CUDA_BF16X3, 1e-4}, {WQ_FP4, 4192, 96, CUDA_BF16X3, 1e-4},
+        {WQ_FP4, 224, 160, CUDA_BF16X2, 1e-3}, {WQ_FP8, 224, 160, CUDA_BF16X2, 1e-3}, {WQ_FP4, 224, 160, CUDA_BF16, 5e-3},
+        {WQ_FP8, 160, 224, CUDA_BF16, 5e-3},
+    };
+    int32_t idx[M * K];
+    int fill[M] = {0};
+    for (int e = 0, i = 0; e < E; e++) /* expert e's e + 1 positions on consecutive rows: distinct in a row */
+        for (int j = 0; j <= e; j++, i++) idx[(i % M) * K + fill[i % M]++] = e;
+    float *wt = t_rand_vec(M * K, 1.0f);
+    pair_t ti = puti(idx, M, K), tw = putf(wt, M, K);
+    for (size_t cs = 0; cs < DI_ARRAY_LEN(cases); cs++) {
+        int D = cases[cs].D, I = cases[cs].I;
+        bool big = cases[cs].kind == WQ_FP4, round = cases[cs].prec == CUDA_BF16;
+        backend_cuda_precision(gpu, cases[cs].prec);
+        weight_t w[E][3];
+        bk_expert_t ex[E];
+        for (int e = 0; e < E; e++) {
+            for (int j = 0; j < 3; j++) {
+                t_weight_t h = t_weight_random(cases[cs].kind, j == 1 ? D : I, j == 1 ? I : D, 1);
+                size_t ns = wmat_scale_count(h.m.rows, h.m.cols, 1, 32);
+                for (size_t b = 0; big && e == 0 && b < ns; b += 5) h.scale[b] = 129;
+                wmat_rows(&h.m, 0, h.m.rows, h.dense);
+                w[e][j] = bind_weight(h);
+            }
+            ex[e] = (bk_expert_t){w[e][0].g, w[e][1].g, w[e][2].g};
+        }
+        float *x = t_rand_vec((size_t)(M * D), 2.0f);
+        double *ref = xmalloc((size_t)(M * D) * 8);
+        float *reff = xmalloc((size_t)(M * D) * 4);
+        pair_t tx = putf(x, M, D), o = out2(BK_F32, M, D), o1 = out2(BK_F32, M, D);
+        for (int lim = 0; lim < 2; lim++) {
+            float limit = lim ? 0.7f : 0.0f;
+            poison(o.g), poison(o1.g);
+            gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex, E, NULL, limit);
+            for (int r = 0; r < M; r++)
+                gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex, E, NULL, limit);
+            float *g = t_download(gpu, o.g), *g1 = t_download(gpu, o1.g);
+            memset(ref, 0, (size_t)(M * D) * 8);
+            double worst = 0;
+            int same = 0;
+            for (int r = 0; r < M; r++) {
+                for (int s = 0; s < K; s++) expert_ref(w[idx[r * K + s]], round, x + r * D, D, I, wt[r * K + s], limit, ref + r * D);
+                for (int d = 0; d < D; d++) reff[r * D + d] = (float)ref[r * D + d];
+                worst = fmax(worst, t_max_err(g + r * D, reff + r * D, (size_t)D));
+                same += !memcmp(g + r * D, g1 + r * D, (size_t)D * 4);
+            }
+            CHECKF(worst <= cases[cs].tol, "moe_tcs kind %d D %d I %d precision %d limit %g: error %.3g", cases[cs].kind, D, I,
+                   cases[cs].prec, limit, worst);
+            CHECKF(same == M, "moe_tcs kind %d D %d I %d precision %d: %d of %d rows alone differ from batched",
+                   cases[cs].kind, D, I, cases[cs].prec, M - same, M);
+            printf("  moe_tcs kind %d D %d I %d precision %d limit %g: worst row %.2e\n", cases[cs].kind, D, I, cases[cs].prec,
+                   limit, worst);
+            free(g), free(g1);
+        }
+        for (int e = 0; e < E; e++)
+            for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
+        free2(&tx), free2(&o), free2(&o1);
+        free(x), free(ref), free(reff);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+    free2(&ti), free2(&tw);
+    free(wt);
+}
+
 /* ---- memory ops, graphs ------------------------------------------------------------------------------ */
 static void test_views_and_copy(void) {
     float *a = t_rand_vec(6 * 10, 1.0f);
@@ -1028,6 +1112,7 @@ int main(void) {
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
         {"test_tc_spans", test_tc_spans},
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
+        {"test_moe_tcs", test_moe_tcs},
         {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph}, {"test_pick", test_pick},
     };
     cpu = backend_cpu_create(2);
