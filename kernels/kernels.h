@@ -29,7 +29,8 @@ typedef struct {
  * Dense: positions 0..m-1, xrow(p) = p, weight w.
  * Grouped (MoE, wtab != NULL): group g owns positions offsets[g] .. offsets[g+1]-1 and weight
  * wtab[g] (format of w); xrow(p) = x_rows[p]. active[0 .. counts[0]) lists the groups with
- * positions, tiles[0 .. counts[1]) the (group, first position) pairs of 128-position tiles.
+ * positions, tiles[0 .. counts[1]) the (group, first position) pairs of K_TC_POSITIONS-position
+ * tiles.
  * splits > 1 (dense): the reduction is cut in `splits` ranges whose partial sums go to partial
  * ([splits][positions][n]); the last block of an output tile to finish (counted in counters,
  * zero before and after) adds them in split order. pos_chunk > 0 (dense, CUDA cores, splits
@@ -56,6 +57,10 @@ typedef struct {
     int sms;            /* CUDA cores: the GPU's multiprocessors (blocks loop over output groups, one wave in all) */
     int64_t x_group_n;
     int x_vec;
+    /* tensor cores: the activations as act_terms bf16 pieces (k_matmul_tc_x_bytes of device
+     * memory), converted by k_matmul_tc when tc_x_fresh, else left by an earlier call on the same x */
+    void *tc_x;
+    int tc_x_fresh;
     /* Grouped on the tensor cores at few positions (k_matmul_tcs) with wtab2 (weights of w's
      * format and shape): out[p] = wpos[p] * act(W x, W2 x) (wpos NULL: 1) with k_moe_act's act
      * and limit: the experts' up projections w1, w3 and their activation in one launch. */
@@ -67,8 +72,13 @@ typedef struct {
 /* True when the fast kernels can read this weight (else k_matmul_simt uses a plain one). */
 int k_matmul_fast_ok(const kw_t *w);
 cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
-/* Tensor cores (mma.sync bf16); FP8/FP4 weights with k a multiple of 32, block_cols 32. */
+/* Tensor cores (wgmma bf16, sm_90a); FP8/FP4 weights (FP4 with E8M0 scales) with k a multiple of
+ * 32, block_cols 32. Blocks of K_TC_ROWS outputs by K_TC_POSITIONS positions (half as many with
+ * three activation pieces); split_k a multiple of 64. */
+#define K_TC_ROWS 128
+#define K_TC_POSITIONS 256
 int k_matmul_tc_ok(const kw_t *w);
+size_t k_matmul_tc_x_bytes(const mm_args_t *a);
 cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores for grouped matmuls with few positions per group (matmul_tcs.cu): 128 output
  * rows per block, up to 8 positions a pass (at most m); FP8/FP4 weights, k a multiple of 32,

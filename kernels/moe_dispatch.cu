@@ -1,6 +1,6 @@
 // MoE dispatch on the device (no host round trip): counts per expert, their prefix sums (each
-// expert's positions), the list of experts with work, the list of 128-position tiles for the
-// tensor-core matmul, and each (row, slot)'s position. One block; positions inside an expert
+// expert's positions), the list of experts with work, the list of K_TC_POSITIONS-position tiles
+// for the tensor-core matmul, and each (row, slot)'s position. One block; positions inside an expert
 // come in arrival order, which changes no result (every position is computed on its own).
 #include "common.cuh"
 
@@ -8,7 +8,7 @@
 
 #define MD_THREADS 1024
 #define MD_IPT 4 // experts per thread: E <= 4096
-#define MD_TILE 128
+#define MD_TILE K_TC_POSITIONS
 
 __global__ void __launch_bounds__(MD_THREADS) moe_dispatch_kernel(const int32_t *idx, int64_t ldi, const float *wt,
                                                                   int64_t ldw, int64_t m, int k, int E, int32_t *offsets,

@@ -33,18 +33,22 @@ static bool use_tcs(const cuda_t *c, const mm_args_t *a) {
     return a->wtab && !use_tc(c, a) && c->precision != CUDA_FP32 && a->k % 32 == 0 && k_matmul_tcs_ok(&a->w);
 }
 
-/* Picks the path and the split of a dense or grouped matmul, launches it. profile: mark it. */
+static int act_terms(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1; }
+
+/* Picks the path and the split of a dense or grouped matmul, launches it. profile: mark it. On
+ * the tensor cores the activations' bf16 pieces go to scratch unless the caller left them in
+ * a->tc_x. */
 static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
     bool grouped = a->wtab != NULL, tc = use_tc(c, a), tcs = use_tcs(c, a);
-    a->act_terms = c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1;
+    a->act_terms = act_terms(c);
     bool fast = tc || k_matmul_fast_ok(&a->w);
     a->splits = 1, a->split_k = a->k, a->partial = NULL, a->pos_chunk = 0;
     a->sms = c->sms;
     a->x_vec = (uintptr_t)a->x % 16 == 0 && a->ldx % 4 == 0 && (!a->x_group_n || a->k % 4 == 0);
-    if (!grouped && fast) {
-        int64_t blocks = tc ? cdiv(a->n, 128) * cdiv(a->m, 128) : cdiv(a->n, 16);
+    if (!grouped && fast) { /* tensor cores: split below half a wave only (prefill tiles fill the GPU) */
+        int64_t blocks = tc ? cdiv(a->n, K_TC_ROWS) * cdiv(a->m, K_TC_POSITIONS) : cdiv(a->n, 16);
         if (!tc && a->m > 32) a->pos_chunk = 32;
-        else if (blocks < 2 * c->sms && a->k >= 512) {
+        else if (blocks < (tc ? c->sms / 2 : 2 * c->sms) && a->k >= 512) {
             int64_t splits = cdiv(2 * c->sms, blocks), most = a->k / 256;
             if (splits > most) splits = most;
             a->split_k = cdiv(cdiv(a->k, splits), 256) * 256;
@@ -52,10 +56,13 @@ static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
         }
     }
     if (a->splits > 1) a->partial = cu_scratch(c, (size_t)(a->splits * a->positions * a->n) * 4), a->counters = c->counters;
+    void *own_x = tc && !a->tc_x ? cu_scratch(c, k_matmul_tc_x_bytes(a)) : NULL;
+    if (own_x) a->tc_x = own_x, a->tc_x_fresh = 1;
     if (profile) cu_prof_begin(c, mm_name(a->w.kind, tc));
     CU(tc ? k_matmul_tc(a, c->stream) : tcs ? k_matmul_tcs(a, c->stream) : k_matmul_simt(a, c->stream));
     if (profile) cu_prof_end(c);
     if (a->partial) cu_release_scratch(c, a->partial);
+    if (own_x) cu_release_scratch(c, own_x), a->tc_x = NULL;
 }
 
 static void dense(cuda_t *c, float *out, int64_t ldo, const float *x, int64_t ldx, int64_t m, const bk_weight_t *w,
@@ -144,7 +151,7 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     cuda_t *c = cu_of(bk);
     int64_t m = x.rows, D = x.cols, k = idx.cols, E = n_experts, P = m * k;
     if (m <= 0) return;
-    int64_t I = experts[0].w1->w.rows, groups = E < P ? E : P, tiles = cdiv(P, 128) + groups;
+    int64_t I = experts[0].w1->w.rows, groups = E < P ? E : P, tiles = cdiv(P, K_TC_POSITIONS) + groups;
     const cu_experts_t *tab = expert_table(c, experts, (int)E);
     int32_t *ints = cu_scratch(c, (size_t)(E + 1 + 2 * P + E + 2 * tiles + 2) * 4);
     int32_t *offsets = ints, *pos_of = offsets + E + 1, *x_rows = pos_of + P, *active = x_rows + P, *tl = active + E;
@@ -163,11 +170,14 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
                    .max_active = groups, .max_tiles = tiles, .positions = P};
     cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : use_tcs(c, &a) ? "moe experts (tensor cores, 8 a pass)"
                                                                                   : "moe experts (cuda cores)");
+    void *xs = NULL; /* w1 and w3 read one conversion of x on the tensor cores */
+    if (use_tc(c, &a)) a.act_terms = act_terms(c), xs = a.tc_x = cu_scratch(c, k_matmul_tc_x_bytes(&a)), a.tc_x_fresh = 1;
     bool fused = use_tcs(c, &a); /* few positions per expert: w1, w3 and the activation in one launch */
     if (fused) a.wtab2 = tab->dev + 2 * E, a.wpos = wpos, a.limit = limit;
     mm_run(c, &a, false); /* w1 */
-    a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u;
+    a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u, a.tc_x_fresh = 0;
     if (!fused) mm_run(c, &a, false); /* w3 */
+    if (xs) cu_release_scratch(c, xs);
     if (!fused) CU(k_moe_act(g, g, u, wpos, P, I, limit, c->stream));
     a = (mm_args_t){.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
                     .offsets = offsets, .active = active, .tiles = tl, .counts = counts, .max_active = groups,

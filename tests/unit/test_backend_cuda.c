@@ -141,6 +141,10 @@ static void test_matmul(void) {
         matmul_case(kinds[k], 520, 1024, 40, 0, 520);  /* tensor cores for FP8/FP4 */
         matmul_case(kinds[k], 520, 1024, 200, 20, 500);
         matmul_case(kinds[k], 130, 96, 33, 0, 130);
+        /* tensor cores: two position tiles (256 + 4), 7.5 reduction blocks of 64, 290 outputs, FP8
+         * scale rows across a warp's rows; then 300 positions split in 512 + 512 + 32 of the reduction */
+        matmul_case(kinds[k], 300, 480, 260, 5, 290);
+        matmul_case(kinds[k], 520, 1056, 300, 13, 500);
     }
     backend_cuda_precision(gpu, CUDA_BF16X3);
     for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) { /* 16-byte activation loads, 1 to 8 positions a pass */
@@ -778,7 +782,23 @@ static void expert_ref(const weight_t *w, bool quant, const float *x, int D, int
     free(h);
 }
 
-static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared) {
+/* Skewed routing (E >= k + 5): every row's first expert is 0 (all m positions), row 0's second
+ * is E-1 (one position), E-4..E-2 get none, the rest are drawn with weights e^2 (from a few
+ * positions to most rows). */
+static int32_t skewed_expert(int r, int s, int E) {
+    if (s == 0) return 0;
+    if (r == 0 && s == 1) return E - 1;
+    uint64_t total = 0, x;
+    for (int e = 1; e <= E - 5; e++) total += (uint64_t)(e * e);
+    x = t_rnd() % total;
+    for (int e = 1; e <= E - 5; e++) {
+        if (x < (uint64_t)(e * e)) return e;
+        x -= (uint64_t)(e * e);
+    }
+    return 1;
+}
+
+static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared, bool skewed) {
     weight_t w[16][3], sh[3];
     bk_expert_t exg[16], exc[16], shg, shc;
     bool quant = kind == WQ_FP8 || kind == WQ_FP4;
@@ -797,7 +817,7 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
             int32_t e;
             bool dup;
             do { /* distinct experts per row, as the router gives */
-                e = (int32_t)(t_rnd() % (uint64_t)E);
+                e = skewed ? skewed_expert(r, s, E) : (int32_t)(t_rnd() % (uint64_t)E);
                 dup = false;
                 for (int t = 0; t < s; t++) dup |= idx[r * k + t] == e;
             } while (dup);
@@ -833,8 +853,8 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
         /* bf16 activations against fp32 ones: a value rounded across the clamp moves an output by
          * a few percent (seen up to 3.2e-2 with limit 0.7) */
         CHECKF(l2 <= (quant ? 6e-2 : 1e-5), "moe m %d D %d I %d E %d: relative L2 %.3g vs the fp32 CPU", m, D, I, E, l2);
-        printf("  moe m %d D %d I %d E %d k %d limit %g: %.2e vs the same roundings, relative L2 %.2e vs the fp32 CPU\n", m, D, I,
-               E, k, limit, e, l2);
+        printf("  moe m %d D %d I %d E %d k %d%s limit %g: %.2e vs the same roundings, relative L2 %.2e vs the fp32 CPU\n", m, D,
+               I, E, k, skewed ? " skewed" : "", limit, e, l2);
         free(g), free(c);
     }
     for (int e = 0; e < E; e++)
@@ -846,20 +866,25 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
 
 static void test_moe(void) {
     backend_cuda_precision(gpu, CUDA_BF16);
-    moe_case(300, 128, 64, 16, 6, WQ_FP4, true); /* tensor cores, rounded activations */
-    moe_case(40, 128, 64, 9, 3, WQ_FP4, false);  /* tensor cores 8 positions a pass, rounded activations */
+    moe_case(300, 128, 64, 16, 6, WQ_FP4, true, false); /* tensor cores, rounded activations */
+    moe_case(40, 128, 64, 9, 3, WQ_FP4, false, false);  /* tensor cores 8 positions a pass, rounded activations */
     backend_cuda_precision(gpu, CUDA_BF16X3);
-    moe_case(5, 37, 19, 4, 2, WQ_FP4, true);   /* odd shapes: the plain kernel */
-    moe_case(5, 64, 96, 9, 3, WQ_FP4, true);   /* tensor cores 8 positions a pass, about one per expert */
-    moe_case(70, 64, 96, 9, 3, WQ_FP4, true);  /* the same, several passes per expert */
-    moe_case(40, 64, 96, 9, 3, WQ_FP8, false); /* the same, FP8 experts */
-    moe_case(24, 2112, 64, 4, 2, WQ_FP4, false); /* a reduction staged in two chunks */
-    moe_case(300, 128, 64, 16, 6, WQ_FP4, false); /* tensor cores: 32+ positions per expert */
-    moe_case(200, 64, 96, 4, 2, WQ_FP4, true);
-    moe_case(6, 64, 32, 5, 2, WQ_F32, true);   /* fp32 experts: exact path */
+    moe_case(5, 37, 19, 4, 2, WQ_FP4, true, false);   /* odd shapes: the plain kernel */
+    moe_case(5, 64, 96, 9, 3, WQ_FP4, true, false);   /* tensor cores 8 positions a pass, about one per expert */
+    moe_case(70, 64, 96, 9, 3, WQ_FP4, true, false);  /* the same, several passes per expert */
+    moe_case(40, 64, 96, 9, 3, WQ_FP8, false, false); /* the same, FP8 experts */
+    moe_case(24, 2112, 64, 4, 2, WQ_FP4, false, false); /* a reduction staged in two chunks */
+    moe_case(300, 128, 64, 16, 6, WQ_FP4, false, false); /* tensor cores: 32+ positions per expert */
+    moe_case(200, 64, 96, 4, 2, WQ_FP4, true, false);
+    moe_case(6, 64, 32, 5, 2, WQ_F32, true, false);   /* fp32 experts: exact path */
+    cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16};
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) { /* tensor cores: empty experts, 1 to 300 positions */
+        backend_cuda_precision(gpu, precs[pr]);
+        moe_case(300, 96, 160, 16, 6, WQ_FP4, true, true);
+    }
     backend_cuda_precision(gpu, CUDA_FP32);
-    moe_case(5, 64, 96, 9, 3, WQ_FP4, true);   /* CUDA cores */
-    moe_case(70, 64, 96, 9, 3, WQ_FP4, false);
+    moe_case(5, 64, 96, 9, 3, WQ_FP4, true, false);   /* CUDA cores */
+    moe_case(70, 64, 96, 9, 3, WQ_FP4, false, false);
     backend_cuda_precision(gpu, CUDA_BF16X3);
 }
 
@@ -891,6 +916,48 @@ static void test_moe_batch_invariance(void) {
     }
     CHECKF(diff == 0, "%d rows differ batched and alone", diff);
     free2(&tx), free2(&ti), free2(&tw), free2(&o), free2(&o1);
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
+    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+    free(x), free(wt);
+}
+
+/* On the tensor cores a position's outputs do not depend on the other positions of the launch
+ * (dense position tiles and expert tiles filled differently): the first rows alone give the
+ * same bits as within the whole batch, in every precision. */
+static void test_tc_batch_invariance(void) {
+    enum { M = 300, H = 150, D = 128, I = 96, N = 500, E = 16, K = 6 };
+    weight_t wd = make_weight(WQ_FP8, N, D, 32), w[E][3], sh[3];
+    bk_expert_t ex[E], shg;
+    for (int e = 0; e < E; e++) {
+        w[e][0] = make_weight(WQ_FP4, I, D, 1), w[e][1] = make_weight(WQ_FP4, D, I, 1), w[e][2] = make_weight(WQ_FP4, I, D, 1);
+        ex[e] = (bk_expert_t){w[e][0].g, w[e][1].g, w[e][2].g};
+    }
+    for (int j = 0; j < 3; j++) sh[j] = make_weight(WQ_FP8, j == 1 ? D : I, j == 1 ? I : D, 32);
+    shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g};
+    float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
+    int32_t idx[M * K];
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++) idx[r * K + k] = (int32_t)((r * 7 + k * 3 + (r % 5)) % E); /* distinct within a row */
+    pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K);
+    bk_tensor_t o = gpu->alloc(gpu, BK_F32, M, N), oh = gpu->alloc(gpu, BK_F32, H, N);
+    bk_tensor_t y = gpu->alloc(gpu, BK_F32, M, D), yh = gpu->alloc(gpu, BK_F32, H, D);
+    cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16};
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
+        backend_cuda_precision(gpu, precs[pr]);
+        gpu->matmul(gpu, o, tx.g, wd.g, 0);
+        gpu->matmul(gpu, oh, bk_rows(tx.g, 0, H), wd.g, 0);
+        gpu->moe(gpu, y, tx.g, ti.g, tw.g, ex, E, &shg, 0.0f);
+        gpu->moe(gpu, yh, bk_rows(tx.g, 0, H), bk_rows(ti.g, 0, H), bk_rows(tw.g, 0, H), ex, E, &shg, 0.0f);
+        float *a = t_download(gpu, o), *b = t_download(gpu, oh), *c = t_download(gpu, y), *d = t_download(gpu, yh);
+        CHECKF(!memcmp(a, b, (size_t)H * N * 4), "precision %d: dense rows differ batched and alone", (int)precs[pr]);
+        CHECKF(!memcmp(c, d, (size_t)H * D * 4), "precision %d: expert rows differ batched and alone", (int)precs[pr]);
+        free(a), free(b), free(c), free(d);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+    gpu->release(gpu, &o), gpu->release(gpu, &oh), gpu->release(gpu, &y), gpu->release(gpu, &yh);
+    free2(&tx), free2(&ti), free2(&tw);
+    free_weight(&wd);
     for (int e = 0; e < E; e++)
         for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
     for (int j = 0; j < 3; j++) free_weight(&sh[j]);
@@ -1113,6 +1180,7 @@ int main(void) {
         {"test_tc_spans", test_tc_spans},
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
         {"test_moe_tcs", test_moe_tcs},
+        {"test_tc_batch_invariance", test_tc_batch_invariance},
         {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph}, {"test_pick", test_pick},
     };
     cpu = backend_cpu_create(2);
