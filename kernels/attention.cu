@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(256) attn_kernel(attn_args_t a, int64_t per_sp
                 float s = 0.0f;
                 if ((d & 3) == 0) { /* 16-byte reads, four partial sums */
                     float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
                     for (int c = 0; c < d; c += 4) {
                         float4 x = *(const float4 *)(qv + c), y = *(const float4 *)(kv + c);
                         s4[0] += x.x * y.x, s4[1] += x.y * y.y, s4[2] += x.z * y.z, s4[3] += x.w * y.w;
@@ -142,24 +143,28 @@ __global__ void __launch_bounds__(256) attn_kernel(attn_args_t a, int64_t per_sp
 }
 
 // Merges the key ranges: out = sum_s acc_s e^(m_s - M) / sum_s z_s e^(m_s - M). The ranges'
-// (m, z) are read once into shared memory, each range's factor computed once, and the
-// channels' loads of the ranges are independent (all in flight).
+// (m, z) are read once into shared memory, each range's factor computed once, and a thread's
+// loads of every range's channels are independent of one another (all in flight, 16 bytes
+// each where d allows), added in range order.
 #define AT_MAX_SPLITS 256
 
 __global__ void attn_merge_kernel(attn_args_t a) {
-    __shared__ float f[AT_MAX_SPLITS], red[2];
+    __shared__ float f[AT_MAX_SPLITS], z[AT_MAX_SPLITS], red[2];
     int64_t r = blockIdx.x, row = a.rows ? a.rows[r].row : r;
-    int h = blockIdx.y, S = a.splits;
+    int h = blockIdx.y, S = a.splits, d = a.d;
     const float *ml = a.part_ml + (r * a.heads + h) * 2;
-    int64_t mstride = a.m * a.heads * 2, ostride = a.m * a.heads * (int64_t)a.d;
-    for (int s = threadIdx.x; s < S; s += blockDim.x) f[s] = ml[s * mstride];
+    int64_t mstride = a.m * a.heads * 2, ostride = a.m * a.heads * (int64_t)d;
+    for (int s = threadIdx.x; s < S; s += blockDim.x) {
+        float2 v = __ldcg((const float2 *)(ml + s * mstride));
+        f[s] = v.x, z[s] = v.y;
+    }
     __syncthreads();
     if (threadIdx.x < 32) { /* M and Z in the first warp, in split order per lane, then across lanes */
         float M = -INFINITY;
         for (int s = threadIdx.x; s < S; s += 32) M = fmaxf(M, f[s]);
         M = warp_max(M);
         float Z = 0.0f;
-        for (int s = threadIdx.x; s < S; s += 32) Z += f[s] == -INFINITY ? 0.0f : ml[s * mstride + 1] * expf(f[s] - M);
+        for (int s = threadIdx.x; s < S; s += 32) Z += f[s] == -INFINITY ? 0.0f : z[s] * expf(f[s] - M);
         Z = warp_sum(Z);
         if (threadIdx.x == 0) red[0] = M, red[1] = Z;
     }
@@ -167,12 +172,26 @@ __global__ void attn_merge_kernel(attn_args_t a) {
     float M = red[0], Z = red[1];
     for (int s = threadIdx.x; s < S; s += blockDim.x) f[s] = f[s] > -INFINITY ? expf(f[s] - M) : 0.0f;
     __syncthreads();
-    const float *po = a.part_o + (r * a.heads + h) * (int64_t)a.d;
-    for (int c = threadIdx.x; c < a.d; c += blockDim.x) {
+    const float *po = a.part_o + (r * a.heads + h) * (int64_t)d;
+    float *out = a.out + row * a.ldo + (int64_t)h * d;
+    if (d % 4 == 0) { /* a range without keys has factor 0 and zero partial sums: adds nothing */
+        for (int c4 = threadIdx.x; c4 < d / 4; c4 += blockDim.x) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+            for (int s = 0; s < S; s++) {
+                float4 p = __ldcg((const float4 *)(po + s * ostride) + c4);
+                float fs = f[s];
+                v.x += p.x * fs, v.y += p.y * fs, v.z += p.z * fs, v.w += p.w * fs;
+            }
+            out[4 * c4] = v.x / Z, out[4 * c4 + 1] = v.y / Z, out[4 * c4 + 2] = v.z / Z, out[4 * c4 + 3] = v.w / Z;
+        }
+        return;
+    }
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float v = 0.0f;
-        for (int s = 0; s < S; s++)
-            if (f[s] != 0.0f) v += po[s * ostride + c] * f[s];
-        a.out[row * a.ldo + (int64_t)h * a.d + c] = v / Z;
+#pragma unroll 8
+        for (int s = 0; s < S; s++) v += __ldcg(po + s * ostride + c) * f[s];
+        out[c] = v / Z;
     }
 }
 

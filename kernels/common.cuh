@@ -98,7 +98,10 @@ __device__ __forceinline__ uint8_t f32_to_e2m1_dev(float x) {
 }
 
 // Split-K: after a block stored its partial sums, the last block of output tile `tile` to
-// finish adds every split's partials in split order into out (rows [p0, p1), columns [o0, o1)).
+// finish adds every split's partials into out (rows [p0, p1), columns [o0, o1)) in a fixed
+// order: `lanes` adjacent threads share an output (a power of two from the split count alone,
+// at most a quarter of it, so that many splits are read in parallel whatever the tile), lane l
+// adds splits l, l + lanes, ... in order, then the lanes are added pairwise.
 __device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
                                               int64_t o1) {
     __shared__ int last;
@@ -108,12 +111,18 @@ __device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, 
     __syncthreads();
     if (!last) return;
     __threadfence();
-    int64_t on = o1 - o0, n = (p1 - p0) * on;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        int64_t p = p0 + i / on, o = o0 + i % on;
+    int lanes = 1;
+    while (lanes < 32 && 8 * lanes <= a.splits) lanes *= 2;
+    int64_t on = o1 - o0, n = (p1 - p0) * on, per = blockDim.x / lanes;
+    int sub = threadIdx.x & (lanes - 1);
+    for (int64_t i0 = 0; i0 < n; i0 += per) { /* the same trips for every thread: whole warps shuffle */
+        int64_t i = i0 + threadIdx.x / lanes, p = p0 + i / on, o = o0 + i % on;
         float v = 0.0f;
-        for (int sp = 0; sp < a.splits; sp++) v += __ldcg(&a.partial[(sp * a.positions + p) * a.n + o]);
-        a.out[p * a.ldo + o] = v;
+        if (i < n)
+#pragma unroll 4
+            for (int sp = sub; sp < a.splits; sp += lanes) v += __ldcg(&a.partial[(sp * a.positions + p) * a.n + o]);
+        for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);
+        if (i < n && sub == 0) a.out[p * a.ldo + o] = v;
     }
     if (threadIdx.x == 0) a.counters[tile] = 0;
 }

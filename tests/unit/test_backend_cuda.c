@@ -197,6 +197,52 @@ static void test_matmul_deterministic(void) {
     free_weight(&w);
 }
 
+/* The CUDA-core matmul's edges: many splits added by several lanes per output (24 x 20480 F32,
+ * the mHC mixes' shape), blocks that take several output groups whose last step has one lane,
+ * 1 to 6 positions. */
+static void test_matmul_walks(void) {
+    wq_kind_t kinds[] = {WQ_F32, WQ_BF16, WQ_FP8};
+    for (size_t k = 0; k < DI_ARRAY_LEN(kinds); k++) {
+        matmul_case_at(kinds[k], 24, 20480, 1, 0, 24, 0);
+        matmul_case_at(kinds[k], 30, 20480, 3, 6, 24, 2);
+        matmul_case_at(kinds[k], 9000, 1040, 1, 0, 9000, 0);
+        matmul_case_at(kinds[k], 9000, 1040, 6, 7, 8990, 2);
+    }
+}
+
+/* A row's CUDA-core matmul gives the same bits at 1 to 20 positions (1, 2, 4 or 8 a pass; the
+ * activations staged in one chunk or in several; split or not): what batched decode needs. */
+static void test_matmul_batch_invariance(void) {
+    struct {
+        wq_kind_t kind;
+        int64_t R, C;
+    } cases[] = {{WQ_F32, 24, 20480}, {WQ_BF16, 700, 3000}, {WQ_FP8, 700, 3000}, {WQ_FP8, 4240, 7008}};
+    enum { M = 20 };
+    int64_t ms[] = {8, 3, 2, 1};
+    for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
+        int64_t R = cases[t].R, C = cases[t].C;
+        weight_t w = make_weight(cases[t].kind, R, C, cases[t].kind == WQ_FP8 ? 32 : 1);
+        float *x = t_rand_vec((size_t)(M * C), 1.0f);
+        bk_tensor_t tx = gpu->alloc(gpu, BK_F32, M, C), all = gpu->alloc(gpu, BK_F32, M, R), o = gpu->alloc(gpu, BK_F32, M, R);
+        gpu->upload(gpu, tx, x);
+        gpu->matmul(gpu, all, tx, w.g, 0);
+        float *ref = t_download(gpu, all);
+        int diff = 0;
+        for (size_t i = 0; i < DI_ARRAY_LEN(ms); i++) {
+            poison(o);
+            gpu->matmul(gpu, bk_rows(o, 0, ms[i]), bk_rows(tx, 0, ms[i]), w.g, 0);
+            float *v = t_download(gpu, o);
+            diff += memcmp(v, ref, (size_t)(ms[i] * R) * 4) != 0;
+            free(v);
+        }
+        CHECKF(diff == 0, "kind %d %lldx%lld: %d of %zu batch sizes differ from 20 positions", cases[t].kind, (long long)R,
+               (long long)C, diff, DI_ARRAY_LEN(ms));
+        gpu->release(gpu, &tx), gpu->release(gpu, &all), gpu->release(gpu, &o);
+        free(x), free(ref);
+        free_weight(&w);
+    }
+}
+
 static void test_gather(void) {
     struct {
         wq_kind_t kind;
@@ -273,18 +319,21 @@ static void test_qat(void) {
 }
 
 static void test_hc(void) {
-    int iters[] = {1, 20};
-    for (size_t it = 0; it < DI_ARRAY_LEN(iters); it++) {
-        int hc = 4, D = 37 + 3000 * (int)it, nm = (2 + hc) * hc, m = 9;
+    struct {
+        int hc, D, m, iters;
+    } cases[] = {{4, 37, 9, 1}, {4, 3037, 9, 20}, {4, 5120, 1, 20} /* decode: 20480 floats, one load each */,
+                 {3, 37, 2, 20} /* Sinkhorn of any hc, 4-byte loads */, {4, 8200, 2, 3} /* two passes of loads */};
+    for (size_t it = 0; it < DI_ARRAY_LEN(cases); it++) {
+        int hc = cases[it].hc, D = cases[it].D, nm = (2 + hc) * hc, m = cases[it].m, iters = cases[it].iters;
         float *X = t_rand_vec((size_t)(m * hc * D), 2.0f), *mixes = t_rand_vec((size_t)(m * nm), 5.0f);
         float *base = t_rand_vec((size_t)nm, 0.5f), *scale = t_rand_vec(3, 1.0f), *y = t_rand_vec((size_t)(m * D), 1.0f);
         pair_t tX = putf(X, m, hc * D), tm = putf(mixes, m, nm), tb = putf(base, 1, nm), ts = putf(scale, 1, 3), ty = putf(y, m, D);
         pair_t coef = out2(BK_F32, m, nm), o = out2(BK_F32, m, D);
-        gpu->hc_mix(gpu, coef.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters[it]);
-        cpu->hc_mix(cpu, coef.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters[it]);
+        gpu->hc_mix(gpu, coef.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters);
+        cpu->hc_mix(cpu, coef.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters);
         compare(coef, 1e-5, "hc_mix");
-        gpu->hc_mix(gpu, tm.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters[it]); /* in place */
-        cpu->hc_mix(cpu, tm.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters[it]);
+        gpu->hc_mix(gpu, tm.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters); /* in place */
+        cpu->hc_mix(cpu, tm.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters);
         compare(tm, 1e-5, "hc_mix in place");
         gpu->hc_collapse(gpu, o.g, tX.g, bk_cols(coef.g, 0, hc), hc);
         cpu->hc_collapse(cpu, o.c, tX.c, bk_cols(coef.c, 0, hc), hc);
@@ -385,6 +434,7 @@ static void test_attention(void) {
     attention_case(20, 64, 16, 1, 50, 24, 100, 0, true);
     attention_case(64, 512, 128, 1, 700, 512, 5000, 0, true); /* V4.1 shapes, one query: split keys */
     attention_case(64, 512, 128, 3, 700, 512, 90, 0, true);
+    attention_case(5, 42, 16, 1, 300, 128, 2000, 0, true);    /* split keys, merged 4 bytes at a time */
     attention_case(17, 96, 24, 300, 40, 6, 1000, 0, true);    /* many queries: tensor cores, 30 keys (one part tile) */
     /* tensor cores (32 rows or more) */
     attention_case_at(64, 512, 128, 40, 700, 512, 90, 0, true, false);  /* V4.1 shapes, windows partly before the start */
@@ -1173,7 +1223,8 @@ int main(void) {
         void (*fn)(void);
     } cases[] = {
         {"test_matmul", test_matmul}, {"test_matmul_grouped", test_matmul_grouped},
-        {"test_matmul_deterministic", test_matmul_deterministic}, {"test_gather", test_gather},
+        {"test_matmul_deterministic", test_matmul_deterministic}, {"test_matmul_walks", test_matmul_walks},
+        {"test_matmul_batch_invariance", test_matmul_batch_invariance}, {"test_gather", test_gather},
         {"test_rmsnorm", test_rmsnorm}, {"test_rope", test_rope}, {"test_qat", test_qat}, {"test_hc", test_hc},
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
