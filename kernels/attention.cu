@@ -1,23 +1,28 @@
 // Sparse attention with sink (MODEL_V41 §5.9), K = V, in fp32. A block takes one query row and
 // 16 heads; the row's keys (its window rows, then the selected pool rows) pass through shared
-// memory 16 at a time and are shared by the 16 heads: logits (one dot per thread), an online
+// memory 16 at a time and are shared by the 16 heads: logits (each thread a 4 x 4 block of
+// heads and keys over a sixteenth of the channels, added across lanes in the CPU's order), an online
 // softmax per head whose running maximum starts at the sink (its e^(sink - m) in the
-// denominator), and the weighted sum (each thread two channels of every head). For few query
-// rows (decode) the key list is cut into ranges done by separate blocks whose partial results
-// are merged by a second kernel, so the GPU is busy at batch 1. With a row table, one launch
-// serves the rows of many sequences (each row its own ring, pool and position).
+// denominator), and the weighted sum (each thread four channels of eight heads). The next
+// tile's key rows are copied in (asynchronous 16-byte copies) while the current one is used.
+// For few query rows (decode) the key list is cut into ranges done by separate blocks whose
+// partial results are merged by a second kernel, so the GPU is busy at batch 1. With a row
+// table, one launch serves the rows of many sequences (each row its own ring, pool and
+// position).
 #include "common.cuh"
 
 #define AT_HG 16 // heads per block
-#define AT_KT 16 // keys per tile
-#define AT_CH 2  // channels per thread: head_dim <= 512
+#define AT_KT 16 // keys per tile: AT_HG * AT_KT threads
+#define AT_THREADS (AT_HG * AT_KT)
 
-// Shared rows of q and keys are d + 4 floats apart: 16-byte aligned (d a multiple of 4) and a
-// quarter-warp's 16-byte reads of 8 rows fall in distinct banks.
-#define AT_PAD 4
+// Shared rows of q and keys: d rounded up to 4 (zeros beyond d), then 4 floats of padding, so
+// that rows are 16-byte aligned and a quarter-warp's 16-byte reads of 8 rows fall in distinct
+// banks; head_dim <= 512 (four channels a thread in the weighted sum).
+static __host__ __device__ int at_ldd(int d) { return ((d + 3) & ~3) + 4; }
 
 extern "C" size_t k_attention_smem(int d) {
-    return (AT_KT + AT_HG) * sizeof(float *) + sizeof(float) * ((size_t)(AT_HG + AT_KT) * (d + AT_PAD) + AT_HG * AT_KT + 3 * AT_HG);
+    return (2 * AT_KT + AT_HG) * sizeof(float *) +
+           sizeof(float) * ((size_t)(AT_HG + 2 * AT_KT) * at_ldd(d) + AT_HG * AT_KT + 3 * AT_HG);
 }
 
 // Row b's sequence: from the table, or row b of the one sequence of the scalar fields.
@@ -26,11 +31,52 @@ __device__ __forceinline__ attn_row_t attn_row(const attn_args_t &a, int64_t b) 
     return attn_row_t{a.ring, a.ld_ring, a.ring_rows, a.kv_new, a.pos0, a.win_lo, a.pool, a.ld_pool, a.pool_rows, b, a.pos0 + b};
 }
 
-__global__ void __launch_bounds__(256) attn_kernel(attn_args_t a, int64_t per_split, int vec) {
+__device__ __forceinline__ void cp_async16(float *dst, const float *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+
+// Stages nrows rows of d floats (row i at rows[i]; NULL: zeros) into dst (row stride ldd, zeros
+// up to d rounded to 4), the whole block cooperating: asynchronous 16-byte copies when vec
+// (complete after cp.async.wait_all), else plain loads.
+__device__ __forceinline__ void stage_rows(float *dst, int ldd, const float *const *rows, int nrows, int d, bool vec) {
+    int dq = (d + 3) >> 2;
+    if (vec) { /* d % 4 == 0, rows 16-byte aligned */
+        for (int x = threadIdx.x; x < nrows * dq; x += blockDim.x) {
+            int i = x / dq, c = 4 * (x - i * dq);
+            const float *p = rows[i];
+            if (p) cp_async16(dst + i * ldd + c, p + c);
+            else *(float4 *)(dst + i * ldd + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        return;
+    }
+    for (int x = threadIdx.x; x < nrows * 4 * dq; x += blockDim.x) {
+        int i = x / (4 * dq), c = x - i * 4 * dq;
+        const float *p = rows[i];
+        dst[i * ldd + c] = p && c < d ? __ldg(p + c) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// The row of virtual key u of query row (r, position i) (NULL: none): the window row of
+// position i - u for u < window, else pool row sel[r][u - window].
+__device__ __forceinline__ const float *key_row(const attn_args_t &a, const attn_row_t &rd, int64_t u, int64_t nwin) {
+    if (u < a.window) {
+        if (u >= nwin) return NULL;
+        int64_t pos = rd.pos - u;
+        return pos < rd.pos0 ? rd.ring + (pos % rd.ring_rows) * rd.ld_ring : rd.kv + (pos - rd.pos0) * a.ld_kv;
+    }
+    if (!a.sel) return NULL;
+    int32_t j = a.sel[rd.row * a.ld_sel + (u - a.window)];
+    return j >= 0 && j < rd.pool_rows ? rd.pool + (int64_t)j * rd.ld_pool : NULL;
+}
+
+__global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t per_split, int vec) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const float **rowp = (const float **)smem, **qrow = rowp + AT_KT;
-    int d = a.d, ldd = d + AT_PAD, tid = threadIdx.x;
-    float *qs = (float *)(qrow + AT_HG), *ks = qs + AT_HG * ldd, *lp = ks + AT_KT * ldd;
+    const float **rowp = (const float **)smem, **qrow = rowp + 2 * AT_KT; /* rowp: two tiles' key rows */
+    int d = a.d, ldd = at_ldd(d), dpad = (d + 3) & ~3, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float *qs = (float *)(qrow + AT_HG), *ks = qs + AT_HG * ldd, *lp = ks + 2 * AT_KT * ldd;
     float *mh = lp + AT_HG * AT_KT, *zh = mh + AT_HG, *al = zh + AT_HG;
     int64_t b = blockIdx.x;
     const attn_row_t rd = attn_row(a, b);
@@ -39,106 +85,130 @@ __global__ void __launch_bounds__(256) attn_kernel(attn_args_t a, int64_t per_sp
     int64_t lo = max(rd.win_lo, i - a.window + 1), nwin = i - lo + 1;
     int64_t nv = a.window + a.n_sel, u_begin = split * per_split, u_end = min(nv, u_begin + per_split);
 
-    if (tid < AT_HG) qrow[tid] = h0 + tid < a.heads ? a.q + r * a.ldq + (int64_t)(h0 + tid) * d : NULL;
-    __syncthreads();
-    load_rows(qs, ldd, qrow, AT_HG, d, vec);
     if (tid < AT_HG) {
+        qrow[tid] = h0 + tid < a.heads ? a.q + r * a.ldq + (int64_t)(h0 + tid) * d : NULL;
         mh[tid] = split == 0 && h0 + tid < a.heads ? a.sink[h0 + tid] : -INFINITY;
         zh[tid] = split == 0 ? 1.0f : 0.0f;
-    }
-    float acc[AT_HG][AT_CH];
-#pragma unroll
-    for (int hh = 0; hh < AT_HG; hh++)
-#pragma unroll
-        for (int j = 0; j < AT_CH; j++) acc[hh][j] = 0.0f;
-
-    for (int64_t u0 = u_begin; u0 < u_end; u0 += AT_KT) {
-        __syncthreads();
-        if (tid < AT_KT) {
-            int64_t u = u0 + tid;
-            const float *p = NULL;
-            if (u < u_end && u < a.window) {
-                if (u < nwin) {
-                    int64_t pos = i - u;
-                    p = pos < rd.pos0 ? rd.ring + (pos % rd.ring_rows) * rd.ld_ring : rd.kv + (pos - rd.pos0) * a.ld_kv;
-                }
-            } else if (u < u_end && a.sel) {
-                int32_t j = a.sel[r * a.ld_sel + (u - a.window)];
-                if (j >= 0 && j < rd.pool_rows) p = rd.pool + (int64_t)j * rd.ld_pool;
-            }
-            rowp[tid] = p;
-        }
-        __syncthreads();
-        load_rows(ks, ldd, rowp, AT_KT, d, vec);
-        __syncthreads();
-        {
-            int hh = tid / AT_KT, kk = tid % AT_KT;
-            float l = -INFINITY;
-            if (rowp[kk] && h0 + hh < a.heads) {
-                const float *qv = qs + hh * ldd, *kv = ks + kk * ldd;
-                float s = 0.0f;
-                if ((d & 3) == 0) { /* 16-byte reads, four partial sums */
-                    float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-                    for (int c = 0; c < d; c += 4) {
-                        float4 x = *(const float4 *)(qv + c), y = *(const float4 *)(kv + c);
-                        s4[0] += x.x * y.x, s4[1] += x.y * y.y, s4[2] += x.z * y.z, s4[3] += x.w * y.w;
-                    }
-                    s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
-                } else {
-                    for (int c = 0; c < d; c++) s += qv[c] * kv[c];
-                }
-                l = s * a.scale;
-            }
-            lp[hh * AT_KT + kk] = l;
-        }
-        __syncthreads();
-        if (tid < AT_HG) {
-            float mo = mh[tid], mx = mo;
-            for (int kk = 0; kk < AT_KT; kk++) mx = fmaxf(mx, lp[tid * AT_KT + kk]);
-            float alpha = mx == -INFINITY ? 1.0f : expf(mo - mx), zs = 0.0f;
-            for (int kk = 0; kk < AT_KT; kk++) {
-                float l = lp[tid * AT_KT + kk], pv = l == -INFINITY ? 0.0f : expf(l - mx);
-                lp[tid * AT_KT + kk] = pv;
-                zs += pv;
-            }
-            zh[tid] = zh[tid] * alpha + zs;
-            mh[tid] = mx;
-            al[tid] = alpha;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < AT_CH; j++) {
-            int c = tid + j * 256;
-            if (c >= d) continue;
-            float kc[AT_KT];
-#pragma unroll
-            for (int kk = 0; kk < AT_KT; kk++) kc[kk] = ks[kk * ldd + c];
-#pragma unroll
-            for (int hh = 0; hh < AT_HG; hh++) {
-                float s = acc[hh][j] * al[hh];
-#pragma unroll
-                for (int kk = 0; kk < AT_KT; kk++) s += lp[hh * AT_KT + kk] * kc[kk];
-                acc[hh][j] = s;
-            }
-        }
+    } else if (tid < AT_HG + AT_KT) {
+        int64_t u = u_begin + tid - AT_HG;
+        rowp[tid - AT_HG] = u < u_end ? key_row(a, rd, u, nwin) : NULL;
     }
     __syncthreads();
+    stage_rows(qs, ldd, qrow, AT_HG, d, vec);
+    stage_rows(ks, ldd, rowp, AT_KT, d, vec);
+    cp_async_wait_all();
+    __syncthreads();
+
+    /* weighted sum: heads ph .. ph + 7, channels pc .. pc + 3 */
+    int ph = (tid >> 7) * 8, pc = 4 * (tid & 127);
+    float4 o[8];
 #pragma unroll
-    for (int hh = 0; hh < AT_HG; hh++) {
-        int h = h0 + hh;
-        if (h >= a.heads) continue;
+    for (int hh = 0; hh < 8; hh++) o[hh] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    for (int64_t u0 = u_begin, t = 0; u0 < u_end; u0 += AT_KT, t ^= 1) {
+        const float **rows = rowp + t * AT_KT, **next = rowp + (t ^ 1) * AT_KT;
+        const float *kt = ks + t * AT_KT * ldd;
+        bool more = u0 + AT_KT < u_end;
+        if (more && tid < AT_KT) { /* the next tile's rows, read while this one is used */
+            int64_t u = u0 + AT_KT + tid;
+            next[tid] = u < u_end ? key_row(a, rd, u, nwin) : NULL;
+        }
+        { /* logits: heads 4 hb .. + 3 against keys 4 kb .. + 3; lane s sums the channels s + 16 i
+           * in order and the lanes are added as the CPU's cpu_dot adds its 16 partial sums (the
+           * same bits: products and sums rounded apart, no fused multiply-add) */
+            int s = lane & 15, hb = warp >> 1, kb = ((warp & 1) << 1) | (lane >> 4), full = d & ~15;
+            float acc[4][4];
 #pragma unroll
-        for (int j = 0; j < AT_CH; j++) {
-            int c = tid + j * 256;
-            if (c >= d) continue;
-            if (a.splits == 1) a.out[r * a.ldo + (int64_t)h * d + c] = acc[hh][j] / zh[hh];
-            else a.part_o[((split * a.m + b) * a.heads + h) * (int64_t)d + c] = acc[hh][j];
+            for (int x = 0; x < 4; x++)
+#pragma unroll
+                for (int y = 0; y < 4; y++) acc[x][y] = 0.0f;
+            const float *qb = qs + 4 * hb * ldd, *kb4 = kt + 4 * kb * ldd;
+#pragma unroll 4
+            for (int c = s; c < full; c += 16) {
+                float qv[4], kv[4];
+#pragma unroll
+                for (int x = 0; x < 4; x++) qv[x] = qb[x * ldd + c], kv[x] = kb4[x * ldd + c];
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+#pragma unroll
+                    for (int y = 0; y < 4; y++) acc[x][y] = __fadd_rn(acc[x][y], __fmul_rn(qv[x], kv[y]));
+            }
+            float mine = 0.0f; /* lane s keeps entry s of the block */
+#pragma unroll
+            for (int x = 0; x < 4; x++)
+#pragma unroll
+                for (int y = 0; y < 4; y++) {
+                    float v = acc[x][y];
+                    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 8)); /* residues l and l + 8 */
+                    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4)); /* ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)) */
+                    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+                    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+                    if (4 * x + y == s) mine = v;
+                }
+            int hh = 4 * hb + (s >> 2), kk = 4 * kb + (s & 3);
+            float tail = 0.0f; /* the columns past the last whole 16 */
+            for (int c = full; c < d; c++) tail = __fadd_rn(tail, __fmul_rn(qs[hh * ldd + c], kt[kk * ldd + c]));
+            lp[hh * AT_KT + kk] = rows[kk] && h0 + hh < a.heads ? __fadd_rn(mine, tail) * a.scale : -INFINITY;
         }
-        if (a.splits > 1 && tid == 0) {
-            float *ml = a.part_ml + ((split * a.m + b) * a.heads + h) * 2;
-            ml[0] = mh[hh], ml[1] = zh[hh];
+        __syncthreads(); /* logits and the next tile's rows are in; every thread is done with that buffer */
+        if (more) stage_rows(ks + (t ^ 1) * AT_KT * ldd, ldd, next, AT_KT, d, vec);
+        { /* online softmax: thread (head, key), 16 lanes a head */
+            int hh = tid >> 4, kk = tid & 15;
+            float l = lp[hh * AT_KT + kk], mo = mh[hh], mx = fmaxf(mo, l);
+#pragma unroll
+            for (int m = 8; m; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+            float pv = l == -INFINITY ? 0.0f : expf(l - mx), zs = 0.0f;
+            lp[hh * AT_KT + kk] = pv;
+            __syncwarp();
+            if (kk == 0) { /* the tile's sum in key order */
+                for (int j = 0; j < AT_KT; j++) zs += lp[hh * AT_KT + j];
+                float alpha = mx == -INFINITY ? 1.0f : expf(mo - mx);
+                zh[hh] = zh[hh] * alpha + zs;
+                mh[hh] = mx;
+                al[hh] = alpha;
+            }
         }
+        __syncthreads();
+        if (pc < dpad) { /* weighted sum, keys in order */
+#pragma unroll
+            for (int hh = 0; hh < 8; hh++) {
+                float f = al[ph + hh];
+                o[hh].x *= f, o[hh].y *= f, o[hh].z *= f, o[hh].w *= f;
+            }
+#pragma unroll
+            for (int k4 = 0; k4 < AT_KT; k4 += 4) {
+                float4 kv[4];
+#pragma unroll
+                for (int y = 0; y < 4; y++) kv[y] = *(const float4 *)(kt + (k4 + y) * ldd + pc);
+#pragma unroll
+                for (int hh = 0; hh < 8; hh++) {
+                    float4 p = *(const float4 *)(lp + (ph + hh) * AT_KT + k4);
+                    float pk[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+                    for (int y = 0; y < 4; y++) {
+                        o[hh].x += pk[y] * kv[y].x, o[hh].y += pk[y] * kv[y].y;
+                        o[hh].z += pk[y] * kv[y].z, o[hh].w += pk[y] * kv[y].w;
+                    }
+                }
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads(); /* the next tile is in; this one's probabilities are used */
+    }
+#pragma unroll
+    for (int hh = 0; hh < 8; hh++) {
+        int h = h0 + ph + hh;
+        if (h >= a.heads || pc >= d) continue;
+        float v[4] = {o[hh].x, o[hh].y, o[hh].z, o[hh].w};
+        float *dst = a.splits == 1 ? a.out + r * a.ldo + (int64_t)h * d : a.part_o + ((split * a.m + b) * a.heads + h) * (int64_t)d;
+        float z = a.splits == 1 ? zh[ph + hh] : 1.0f;
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+            if (pc + x < d) dst[pc + x] = a.splits == 1 ? v[x] / z : v[x];
+    }
+    if (a.splits > 1 && tid < AT_HG && h0 + tid < a.heads) {
+        float *ml = a.part_ml + ((split * a.m + b) * a.heads + h0 + tid) * 2;
+        ml[0] = mh[tid], ml[1] = zh[tid];
     }
 }
 
@@ -197,7 +267,7 @@ __global__ void attn_merge_kernel(attn_args_t a) {
 
 extern "C" cudaError_t k_attention(const attn_args_t *a, cudaStream_t s) {
     if (a->m <= 0) return cudaSuccess;
-    if (a->d > 256 * AT_CH || a->d <= 0 || a->m > 0x7FFFFFFF || a->splits > AT_MAX_SPLITS) return cudaErrorInvalidValue;
+    if (a->d > 512 || a->d <= 0 || a->m > 0x7FFFFFFF || a->splits > AT_MAX_SPLITS) return cudaErrorInvalidValue;
     size_t smem = k_attention_smem(a->d);
     static size_t raised;
     if (smem > raised) {
@@ -207,7 +277,7 @@ extern "C" cudaError_t k_attention(const attn_args_t *a, cudaStream_t s) {
     }
     int64_t nv = a->window + a->n_sel, per = ceil_div(ceil_div(nv, a->splits), AT_KT) * AT_KT;
     dim3 grid((unsigned)a->m, (unsigned)ceil_div(a->heads, AT_HG), (unsigned)a->splits);
-    attn_kernel<<<grid, 256, smem, s>>>(*a, per, a->vec);
+    attn_kernel<<<grid, AT_THREADS, smem, s>>>(*a, per, a->vec);
     cudaError_t e = DI_LAUNCHED();
     if (e != cudaSuccess || a->splits == 1) return e;
     attn_merge_kernel<<<dim3((unsigned)a->m, (unsigned)a->heads), 128, 0, s>>>(*a);

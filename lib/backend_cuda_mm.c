@@ -99,33 +99,40 @@ void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_w
 }
 
 /* ---- experts ---------------------------------------------------------------------------- */
+/* Same weight, same layout: the table caches whole descriptors, since a weight bound anew
+ * can reuse a freed weight's data address with its scales elsewhere. */
+static bool kw_same(const kw_t *a, const kw_t *b) {
+    return a->data == b->data && a->scale == b->scale && a->kind == b->kind && a->scale_f32 == b->scale_f32 &&
+           a->block_rows == b->block_rows && a->block_cols == b->block_cols && a->rows == b->rows && a->cols == b->cols;
+}
+
 /* The device table of a layer's expert weights (w1 of all, then w2, then w3), built on first
  * use and rebuilt if any weight changed. */
 static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n) {
+    kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
+    for (int i = 0; i < n; i++) h[i] = ex[i].w1->w, h[n + i] = ex[i].w2->w, h[2 * n + i] = ex[i].w3->w;
     for (int t = 0; t < c->n_expert_tabs; t++) {
         cu_experts_t *e = &c->expert_tabs[t];
         if (e->experts != ex || e->n != n) continue;
         bool same = true;
-        for (int i = 0; i < n && same; i++)
-            same = e->host[i].data == ex[i].w1->w.data && e->host[n + i].data == ex[i].w2->w.data &&
-                   e->host[2 * n + i].data == ex[i].w3->w.data;
-        if (same) return e;
+        for (int i = 0; i < 3 * n && same; i++) same = kw_same(&e->host[i], &h[i]);
+        if (same) {
+            free(h);
+            return e;
+        }
         CU(cudaFree(e->dev));
         free(e->host);
         *e = c->expert_tabs[--c->n_expert_tabs];
         break;
     }
     if (c->capturing) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
-    kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
-    for (int i = 0; i < n; i++) {
-        h[i] = ex[i].w1->w, h[n + i] = ex[i].w2->w, h[2 * n + i] = ex[i].w3->w;
+    for (int i = 0; i < n; i++)
         for (int j = 0; j < 3; j++) {
             const kw_t *f = &h[j * n + i], *g = &h[j * n];
             if (f->kind != g->kind || f->rows != g->rows || f->cols != g->cols || f->block_rows != g->block_rows ||
                 f->block_cols != g->block_cols || f->scale_f32 != g->scale_f32)
                 die("CUDA backend: routed experts of one layer must share one storage format and shape");
         }
-    }
     void *dev;
     CU(cudaMalloc(&dev, (size_t)(3 * n) * sizeof *h));
     CU(cudaMemcpy(dev, h, (size_t)(3 * n) * sizeof *h, cudaMemcpyHostToDevice));

@@ -113,7 +113,8 @@ static void matmul_case_at(wq_kind_t kind, int64_t R, int64_t C, int64_t m, int6
     double e = fmin(t_max_err(gs, cs, (size_t)(m * n)), t_max_err(gs, cfs, (size_t)(m * n))), l2 = t_rel_l2(gs, cfs, (size_t)(m * n));
     CHECKF(e <= 1e-5, "kind %d %lldx%lld m %lld row0 %lld: error %.3g vs the CPU on the same activations", kind, (long long)R,
            (long long)C, (long long)m, (long long)row0, e);
-    CHECKF(l2 <= (quant ? 5e-3 : 1e-6), "kind %d m %lld: relative L2 %.3g vs fp32 activations", kind, (long long)m, l2);
+    /* fp32 against fp32 in another summation order: a few 1e-7 typical over k of thousands (1.03e-6 seen) */
+    CHECKF(l2 <= (quant ? 5e-3 : 4e-6), "kind %d m %lld: relative L2 %.3g vs fp32 activations", kind, (long long)m, l2);
     int untouched = 0; /* the columns around the view keep their poison */
     for (int64_t r = 0; r < m; r++) untouched += isnan(g[r * (n + 5)]) && isnan(g[r * (n + 5) + n + 1]);
     CHECK_EQ(untouched, m);
