@@ -98,12 +98,14 @@ __device__ __forceinline__ uint8_t f32_to_e2m1_dev(float x) {
 }
 
 // Split-K: after a block stored its partial sums, the last block of output tile `tile` to
-// finish adds every split's partials into out (rows [p0, p1), columns [o0, o1)) in a fixed
-// order: `lanes` adjacent threads share an output (a power of two from the split count alone,
-// at most a quarter of it, so that many splits are read in parallel whatever the tile), lane l
-// adds splits l, l + lanes, ... in order, then the lanes are added pairwise.
-__device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
-                                              int64_t o1) {
+// finish adds every split's partials (NM planes of [splits][positions][n], one after another) for
+// rows [p0, p1), columns [o0, o1) in a fixed order and hands the NM sums to emit(p, o, sums):
+// `lanes` adjacent threads share an output (a power of two from the split count alone, at most
+// a quarter of it, so that many splits are read in parallel whatever the tile), lane l adds
+// splits l, l + lanes, ... in order, then the lanes are added pairwise.
+template <int NM, class Emit>
+__device__ __forceinline__ void splitk_finish_with(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
+                                                   int64_t o1, Emit emit) {
     __shared__ int last;
     __threadfence();
     __syncthreads();
@@ -113,18 +115,27 @@ __device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, 
     __threadfence();
     int lanes = 1;
     while (lanes < 32 && 8 * lanes <= a.splits) lanes *= 2;
-    int64_t on = o1 - o0, n = (p1 - p0) * on, per = blockDim.x / lanes;
+    int64_t on = o1 - o0, n = (p1 - p0) * on, per = blockDim.x / lanes, plane = (int64_t)a.splits * a.positions * a.n;
     int sub = threadIdx.x & (lanes - 1);
     for (int64_t i0 = 0; i0 < n; i0 += per) { /* the same trips for every thread: whole warps shuffle */
         int64_t i = i0 + threadIdx.x / lanes, p = p0 + i / on, o = o0 + i % on;
-        float v = 0.0f;
-        if (i < n)
+        float v[NM];
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++) {
+            v[mi] = 0.0f;
+            if (i < n)
 #pragma unroll 4
-            for (int sp = sub; sp < a.splits; sp += lanes) v += __ldcg(&a.partial[(sp * a.positions + p) * a.n + o]);
-        for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);
-        if (i < n && sub == 0) a.out[p * a.ldo + o] = v;
+                for (int sp = sub; sp < a.splits; sp += lanes) v[mi] += __ldcg(&a.partial[mi * plane + (sp * a.positions + p) * a.n + o]);
+            for (int l = 1; l < lanes; l <<= 1) v[mi] += __shfl_xor_sync(0xffffffffu, v[mi], l);
+        }
+        if (i < n && sub == 0) emit(p, o, v);
     }
     if (threadIdx.x == 0) a.counters[tile] = 0;
+}
+
+__device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
+                                              int64_t o1) {
+    splitk_finish_with<1>(a, tile, p0, p1, o0, o1, [&](int64_t p, int64_t o, const float *v) { a.out[p * a.ldo + o] = v[0]; });
 }
 
 // ---- reductions ------------------------------------------------------------------------------

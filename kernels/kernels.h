@@ -61,10 +61,12 @@ typedef struct {
      * memory), converted by k_matmul_tc when tc_x_fresh, else left by an earlier call on the same x */
     void *tc_x;
     int tc_x_fresh;
-    /* Grouped on the tensor cores at few positions (k_matmul_tcs) with wtab2 (weights of w's
-     * format and shape): out[p] = wpos[p] * act(W x, W2 x) (wpos NULL: 1) with k_moe_act's act
-     * and limit: the experts' up projections w1, w3 and their activation in one launch. */
+    /* On the tensor cores at few positions (k_matmul_tcs) with wtab2 (grouped) or w_pair.data
+     * (dense; weights of w's format and shape): out[p] = wpos[p] * act(W x, W2 x) (wpos NULL: 1)
+     * with k_moe_act's act and limit: an expert's up projections w1, w3 and their activation in
+     * one launch. */
     const kw_t *wtab2;
+    kw_t w_pair;
     const float *wpos;
     float limit;
 } mm_args_t;
@@ -80,9 +82,11 @@ cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
 int k_matmul_tc_ok(const kw_t *w);
 size_t k_matmul_tc_x_bytes(const mm_args_t *a);
 cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
-/* Tensor cores for grouped matmuls with few positions per group (matmul_tcs.cu): 128 output
- * rows per block, up to 8 positions a pass (at most m); FP8/FP4 weights, k a multiple of 32,
- * no split; wtab2: the fused up projections (mm_args_t). */
+/* Tensor cores for few positions (matmul_tcs.cu), dense or per group: K_TCS_ROWS output rows
+ * per block, up to 8 positions a pass (at most m); FP8/FP4 weights, k a multiple of 32; dense:
+ * split_k a multiple of 256 and x_group_n of K_TCS_ROWS; wtab2 / w_pair: the fused up
+ * projections (mm_args_t). */
+#define K_TCS_ROWS 128
 int k_matmul_tcs_ok(const kw_t *w);
 cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s);
 

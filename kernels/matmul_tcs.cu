@@ -1,4 +1,5 @@
-// Grouped (MoE) matmul on the tensor cores for few positions per expert (decode batches). The
+// Matmul on the tensor cores for few positions (decode batches): grouped (MoE, few positions
+// per expert) or dense (one group of m positions, m < 33; the projections of a decode step). The
 // weights are the 16-row side of mma.sync m16n8k16; the 8-column side holds (position, bf16
 // piece) pairs, so one position's three pieces (bf16x3) share one instruction and a pass of np
 // positions costs ceil(np * pieces / 8) instructions per 16 x 16 weights; a position's pieces
@@ -22,20 +23,26 @@
 // wpos * act(w1 x, w3 x). The loop over a warp's steps holds one step's code (the ring of loads
 // moves down a slot instead of being unrolled): these launches are short, and their code is
 // fetched cold.
+// Dense matrices too short to fill the GPU cut the reduction in splits (blockIdx.y, the count
+// from the shape alone): each writes its partial sums, and the last block of a row block adds
+// them in split order (splitk_finish_with), then applies the pair's activation. A block-diagonal
+// x (x_group_n, the grouped output projection wo_a) moves a block's activations to its group's
+// columns.
 // A position's columns depend on its own activations alone and the order of every sum is
-// fixed, so neither the pass it shares nor its expert's count changes its result.
+// fixed, so neither the pass it shares nor its expert's count nor m changes its result.
 #include "common.cuh"
 
 #define TS_WARPS 16
-#define TS_ROWS 128   // output rows per block: 8 groups of 16, each taken by two warps
+#define TS_ROWS K_TCS_ROWS // output rows per block (128): 8 groups of 16, each taken by two warps
 #define TS_NP 8       // positions per pass, at most
 #define TS_U 2        // a warp's steps in flight (the prologue fetches both)
 #define TS_KQ 512     // staged columns come in multiples of this (of two steps, so a warp keeps its parity)
 #define TS_SMEM (200 << 10)
 
+// 32-bit row offsets: a weight below 4 GB.
 extern "C" int k_matmul_tcs_ok(const kw_t *w) {
     return (w->kind == KW_FP8 || w->kind == KW_FP4) && w->cols % 32 == 0 && w->block_cols == 32 &&
-           (uintptr_t)w->data % 16 == 0;
+           (uintptr_t)w->data % 16 == 0 && w->rows * (w->kind == KW_FP8 ? w->cols : w->cols / 2) <= (int64_t)UINT32_MAX;
 }
 
 __device__ __forceinline__ uint32_t pack2_bf16(float a, float b) {
@@ -145,11 +152,12 @@ template <int KIND, int TERMS, bool PAIR> struct ts_warp {
     uint32_t doff[2], soff[2];
     int xq[TERMS]; /* column g of instruction q in xs: piece ci % TERMS of position ci / TERMS, ci = 8q + g */
     int c, kh;     /* the lane's chunk, the warp's steps (kh, kh + 2, ...) */
+    int64_t khi;   /* the end of the block's reduction range (its split) */
 
     // Issues the loads of the step at column k into ring slot UI (zeros past the reduction).
     template <int UI> __device__ __forceinline__ void fetch(const mm_args_t &a, int64_t k) {
         int64_t kl = k + c * F::ept;
-        bool ok = kl < a.k;
+        bool ok = kl < khi;
         uint32_t off = KIND == KW_FP8 ? (uint32_t)kl : (uint32_t)kl / 2;
 #pragma unroll
         for (int mi = 0; mi < NM; mi++)
@@ -217,11 +225,12 @@ template <int KIND, int TERMS, bool PAIR> struct ts_warp {
         fetch<TS_U - 1>(a, kc + ks + 2 * TS_U * F::step);
     }
 
-    // One pass over the reduction: chunks of kcw columns staged, then the warp's steps streamed.
+    // One pass over the reduction [klo, khi): chunks of kcw columns staged, then the warp's steps streamed.
     template <int NQ>
-    __device__ __forceinline__ void reduce(const mm_args_t &a, __nv_bfloat16 *xs, int kcw, int npass, const int64_t *xoff, int np) {
-        for (int64_t kc = 0; kc < a.k; kc += kcw) {
-            int kn = (int)min((int64_t)kcw, a.k - kc), kr = (kn + F::step - 1) / F::step * F::step;
+    __device__ __forceinline__ void reduce(const mm_args_t &a, __nv_bfloat16 *xs, int kcw, int npass, const int64_t *xoff, int np,
+                                           int64_t klo) {
+        for (int64_t kc = klo; kc < khi; kc += kcw) {
+            int kn = (int)min((int64_t)kcw, khi - kc), kr = (kn + F::step - 1) / F::step * F::step;
             __syncthreads();
             ts_stage<KIND, TERMS>(xs, kcw + 16, npass, a, xoff, np, kc, kn, kr);
             __syncthreads();
@@ -231,6 +240,15 @@ template <int KIND, int TERMS, bool PAIR> struct ts_warp {
     }
 };
 
+// Output (p, o) from its sums (the pair's: w1 and w3).
+template <bool PAIR> __device__ __forceinline__ void ts_emit(const mm_args_t &a, int64_t p, int64_t o, const float *v) {
+    if constexpr (PAIR) {
+        float h = moe_act_dev(v[0], v[1], a.limit);
+        a.out[p * a.ldo + o] = a.wpos ? a.wpos[p] * h : h;
+    } else
+        a.out[p * a.ldo + o] = v[0];
+}
+
 // kcw: staged columns per chunk (a multiple of TS_KQ); rows of kcw + 16 elements (four rows'
 // 32-byte words in distinct banks).
 template <int KIND, int TERMS, bool PAIR>
@@ -239,14 +257,18 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
     __shared__ int64_t xoff[TS_NP];
     typedef ts_warp<KIND, TERMS, PAIR> W;
     const int NM = W::NM, NA = W::NA;
-    int gi = blockIdx.z;
-    if (gi >= a.counts[0]) return;
-    int grp = a.active[gi];
-    int64_t pb = a.offsets[grp], pe = a.offsets[grp + 1];
+    int grp = 0, split = blockIdx.y;
+    int64_t pb = 0, pe = a.m;
+    if (a.wtab) {
+        if ((int)blockIdx.z >= a.counts[0]) return;
+        grp = a.active[blockIdx.z];
+        pb = a.offsets[grp], pe = a.offsets[grp + 1];
+    }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ldx = kcw + 16;
     int64_t o0 = (int64_t)blockIdx.x * TS_ROWS + (warp & 7) * 16;
+    int64_t klo = (int64_t)split * a.split_k, xg = a.x_group_n ? (int64_t)blockIdx.x * TS_ROWS / a.x_group_n * a.k : 0;
     W st;
-    st.c = lane & 3, st.kh = warp >> 3;
+    st.c = lane & 3, st.kh = warp >> 3, st.khi = a.splits > 1 ? min(a.k, klo + a.split_k) : a.k;
 #pragma unroll
     for (int h = 0; h < 2; h++) { /* an expert's weight is far below 4 GB: 32-bit row offsets, the same in both */
         int64_t r = a.row0 + min(o0 + g + 8 * h, a.n - 1);
@@ -254,15 +276,18 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         st.soff[h] = (uint32_t)(r / a.w.block_rows * ((a.w.cols + 31) >> 5) * (a.w.scale_f32 ? 4 : 1)); /* row_scales' */
     }
 #pragma unroll
-    for (int mi = 0; mi < NM; mi++) st.data[mi] = (mi ? a.wtab2 : a.wtab)[grp].data, st.scale[mi] = (mi ? a.wtab2 : a.wtab)[grp].scale;
+    for (int mi = 0; mi < NM; mi++) {
+        const kw_t *wm = a.wtab ? &(mi ? a.wtab2 : a.wtab)[grp] : mi ? &a.w_pair : &a.w;
+        st.data[mi] = wm->data, st.scale[mi] = wm->scale;
+    }
     for (int64_t p0 = pb; p0 < pe; p0 += npass) {
         int np = (int)min((int64_t)npass, pe - p0), nq = (np * TERMS + 7) >> 3;
-        st.template fetch<0>(a, (int64_t)st.kh * W::F::step); /* the ring: the warp's first two steps */
-        st.template fetch<1>(a, (int64_t)(2 + st.kh) * W::F::step);
+        st.template fetch<0>(a, klo + st.kh * W::F::step); /* the ring: the warp's first two steps */
+        st.template fetch<1>(a, klo + (2 + st.kh) * W::F::step);
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
             int64_t p = p0 + threadIdx.x; /* x row: gathered (up projections) or the position itself (down) */
-            xoff[threadIdx.x] = threadIdx.x < np ? (a.x_rows ? a.x_rows[p] : p) * a.ldx : 0;
+            xoff[threadIdx.x] = threadIdx.x < np ? (a.x_rows ? a.x_rows[p] : p) * a.ldx + xg : 0;
         }
 #pragma unroll
         for (int q = 0; q < TERMS; q++) {
@@ -271,9 +296,9 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         }
 #pragma unroll
         for (int i = 0; i < NA * NM * TERMS * 4; i++) (&st.acc[0][0][0][0])[i] = 0.0f;
-        if (nq == 1 || TERMS == 1) st.template reduce<1>(a, xs, kcw, npass, xoff, np);
-        else if (nq == 2 || TERMS == 2) st.template reduce<TERMS < 2 ? 1 : 2>(a, xs, kcw, npass, xoff, np);
-        else st.template reduce<TERMS>(a, xs, kcw, npass, xoff, np);
+        if (nq == 1 || TERMS == 1) st.template reduce<1>(a, xs, kcw, npass, xoff, np, klo);
+        else if (nq == 2 || TERMS == 2) st.template reduce<TERMS < 2 ? 1 : 2>(a, xs, kcw, npass, xoff, np, klo);
+        else st.template reduce<TERMS>(a, xs, kcw, npass, xoff, np, klo);
         /* acc[set][mi][q]: rows g and g + 8 of the warp's group, columns 2c and 2c + 1 of
          * instruction q. Through shared memory the two halves of the steps are added, then the
          * pieces of a position in piece order. */
@@ -303,12 +328,17 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
             }
             int64_t o = (int64_t)blockIdx.x * TS_ROWS + grp16 * 16 + r;
             if (o >= a.n) continue;
-            if (PAIR) {
-                float h = moe_act_dev(v[0], v[NM - 1], a.limit);
-                a.out[(p0 + p) * a.ldo + o] = a.wpos ? a.wpos[p0 + p] * h : h;
-            } else
-                a.out[(p0 + p) * a.ldo + o] = v[0];
+            if (a.partial) /* split: this split's sums, added by the row block's last block */
+#pragma unroll
+                for (int mi = 0; mi < NM; mi++) a.partial[((mi * a.splits + split) * a.positions + p0 + p) * a.n + o] = v[mi];
+            else
+                ts_emit<PAIR>(a, p0 + p, o, v);
         }
+    }
+    if (a.partial) {
+        int64_t ob = (int64_t)blockIdx.x * TS_ROWS;
+        splitk_finish_with<NM>(a, blockIdx.x, 0, a.m, ob, min(a.n, ob + TS_ROWS),
+                               [&](int64_t p, int64_t o, const float *v) { ts_emit<PAIR>(a, p, o, v); });
     }
 }
 
@@ -323,7 +353,7 @@ static int ts_chunk(int64_t k, int terms, int npass) {
 template <int KIND, int TERMS, bool PAIR>
 static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
     int npass = (int)(a->m < TS_NP ? a->m : TS_NP); /* a position per token and expert at most */
-    int kcw = ts_chunk(a->k, TERMS, npass), nm = PAIR ? 2 : 1;
+    int kcw = ts_chunk(a->splits > 1 ? a->split_k : a->k, TERMS, npass), nm = PAIR ? 2 : 1;
     size_t stage = (size_t)TERMS * npass * (kcw + 16) * 2, red = (size_t)TS_WARPS * nm * 16 * TERMS * npass * 4;
     static bool raised;
     if (!raised) {
@@ -331,7 +361,7 @@ static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
         if (e != cudaSuccess) return e;
         raised = true;
     }
-    dim3 grid((unsigned)ceil_div(a->n, TS_ROWS), 1, (unsigned)a->max_active);
+    dim3 grid((unsigned)ceil_div(a->n, TS_ROWS), (unsigned)a->splits, a->wtab ? (unsigned)a->max_active : 1);
     mm_tcs_kernel<KIND, TERMS, PAIR><<<grid, TS_WARPS * 32, stage > red ? stage : red, s>>>(*a, npass, kcw);
     return DI_LAUNCHED();
 }
@@ -344,12 +374,23 @@ static cudaError_t ts_launch_terms(const mm_args_t *a, cudaStream_t s) {
 }
 
 template <int KIND>
-static cudaError_t ts_launch_kind(const mm_args_t *a, cudaStream_t s) {
-    return a->wtab2 ? ts_launch_terms<KIND, true>(a, s) : ts_launch_terms<KIND, false>(a, s);
+static cudaError_t ts_launch_kind(const mm_args_t *a, bool pair, cudaStream_t s) {
+    return pair ? ts_launch_terms<KIND, true>(a, s) : ts_launch_terms<KIND, false>(a, s);
+}
+
+// The pair's second weight reads as the first (one format, shape and scale layout).
+static bool ts_same_layout(const kw_t *a, const kw_t *b) {
+    return k_matmul_tcs_ok(b) && a->kind == b->kind && a->rows == b->rows && a->cols == b->cols &&
+           a->block_rows == b->block_rows && a->block_cols == b->block_cols && a->scale_f32 == b->scale_f32;
 }
 
 extern "C" cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s) {
-    if (!k_matmul_tcs_ok(&a->w) || !a->wtab || a->splits > 1 || a->x_group_n) return cudaErrorInvalidValue;
-    if (a->n <= 0 || a->max_active <= 0 || a->m <= 0) return cudaSuccess;
-    return a->w.kind == KW_FP8 ? ts_launch_kind<KW_FP8>(a, s) : ts_launch_kind<KW_FP4>(a, s);
+    bool pair = a->wtab ? a->wtab2 != NULL : a->w_pair.data != NULL;
+    bool layout = a->wtab ? a->splits <= 1 && !a->x_group_n
+                          : (a->splits <= 1 || (a->split_k % 256 == 0 && a->partial && a->counters)) &&
+                                a->x_group_n % TS_ROWS == 0 && a->row0 + a->n <= a->w.rows &&
+                                (!pair || ts_same_layout(&a->w, &a->w_pair));
+    if (!k_matmul_tcs_ok(&a->w) || !layout) return cudaErrorInvalidValue;
+    if (a->n <= 0 || a->m <= 0 || (a->wtab && a->max_active <= 0)) return cudaSuccess;
+    return a->w.kind == KW_FP8 ? ts_launch_kind<KW_FP8>(a, pair, s) : ts_launch_kind<KW_FP4>(a, pair, s);
 }

@@ -1,23 +1,27 @@
 /* CUDA matmul and MoE. Path choice: FP8/FP4 weights against more than 32 positions (grouped:
  * 32 per expert on average) run on the tensor cores (bf16 operands, backend_cuda.h's precision),
- * experts with fewer on the tensor cores in passes of 8 positions;
- * everything else (decode, and the F32/BF16 weights the model computes in fp32) on the CUDA
- * cores in fp32, memory-bound. Short outputs with few positions cut the
+ * fewer (decode: dense projections, experts, the shared expert with w1, w3 and its activation
+ * in one launch) on the tensor cores in passes of 8 positions; everything else (fp32
+ * precision, and the F32/BF16 weights the model computes in fp32) on the CUDA cores in fp32,
+ * memory-bound. Short outputs with few positions cut the
  * reduction across blocks (split-K: the last block of a tile adds the partial sums in a fixed
  * order, no extra launch) so that a single decode step fills the GPU. MoE routes on the device: dispatch, grouped up projections,
  * activation, grouped down projection, shared expert, combine; no host round trip. */
 #include "backend_cuda_internal.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TC_MIN_POSITIONS 33
 
-static const char *mm_name(int kind, bool tc) {
+static const char *mm_name(int kind, bool tc, bool tcs) {
     static const char *simt[] = {"matmul f32", "matmul bf16", "matmul fp8 (cuda cores)", "matmul fp4 (cuda cores)"};
     static const char *tcn[] = {"matmul f32", "matmul bf16", "matmul fp8 (tensor cores)", "matmul fp4 (tensor cores)"};
-    return (tc ? tcn : simt)[kind & 3];
+    static const char *tcsn[] = {"matmul f32", "matmul bf16", "matmul fp8 (tensor cores, 8 a pass)",
+                                 "matmul fp4 (tensor cores, 8 a pass)"};
+    return (tc ? tcn : tcs ? tcsn : simt)[kind & 3];
 }
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -27,10 +31,26 @@ static bool use_tc(const cuda_t *c, const mm_args_t *a) {
     return c->precision != CUDA_FP32 && enough && a->k % 32 == 0 && k_matmul_tc_ok(&a->w);
 }
 
-/* Experts with fewer positions (decode): the tensor cores in passes of 8 positions, at every
- * batch size, so that a sequence's numbers do not depend on what it is batched with. */
+/* Fewer positions (decode; experts: per expert): the tensor cores in passes of 8 positions, at
+ * every batch size, so that a sequence's numbers do not depend on what it is batched with. */
 static bool use_tcs(const cuda_t *c, const mm_args_t *a) {
-    return a->wtab && !use_tc(c, a) && c->precision != CUDA_FP32 && a->k % 32 == 0 && k_matmul_tcs_ok(&a->w);
+    return !use_tc(c, a) && c->precision != CUDA_FP32 && a->k % 32 == 0 && a->x_group_n % K_TCS_ROWS == 0 &&
+           k_matmul_tcs_ok(&a->w);
+}
+
+/* The reduction split of a dense few-position tensor-core matmul of `blocks` row blocks: the
+ * split (a multiple of 256) whose waves (one block per SM) times a block's work (its columns
+ * plus a fixed cost of ~512 columns: staging, latency, fix-up) is least. From the shape alone,
+ * so that a row's sums do not depend on the batch. */
+static int64_t tcs_split_k(const cuda_t *c, int64_t blocks, int64_t k) {
+    int64_t best = k;
+    double cost = INFINITY;
+    for (int64_t s = 1; s <= k / 256; s++) {
+        int64_t sk = cdiv(cdiv(k, s), 256) * 256, waves = cdiv(blocks * cdiv(k, sk), c->sms);
+        double t = (double)waves * (double)(sk + 512);
+        if (t < cost) cost = t, best = sk;
+    }
+    return best;
 }
 
 static int act_terms(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1; }
@@ -45,7 +65,10 @@ static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
     a->splits = 1, a->split_k = a->k, a->partial = NULL, a->pos_chunk = 0;
     a->sms = c->sms;
     a->x_vec = (uintptr_t)a->x % 16 == 0 && a->ldx % 4 == 0 && (!a->x_group_n || a->k % 4 == 0);
-    if (!grouped && fast) { /* tensor cores: split below half a wave only (prefill tiles fill the GPU) */
+    if (!grouped && tcs) {
+        a->split_k = tcs_split_k(c, cdiv(a->n, K_TCS_ROWS), a->k);
+        a->splits = (int)cdiv(a->k, a->split_k);
+    } else if (!grouped && fast) { /* tensor cores: split below half a wave only (prefill tiles fill the GPU) */
         int64_t blocks = tc ? cdiv(a->n, K_TC_ROWS) * cdiv(a->m, K_TC_POSITIONS) : cdiv(a->n, 16);
         if (!tc && a->m > 32) a->pos_chunk = 32;
         else if (blocks < (tc ? c->sms / 2 : 2 * c->sms) && a->k >= 512) {
@@ -55,10 +78,13 @@ static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
             a->splits = (int)cdiv(a->k, a->split_k);
         }
     }
-    if (a->splits > 1) a->partial = cu_scratch(c, (size_t)(a->splits * a->positions * a->n) * 4), a->counters = c->counters;
+    if (a->splits > 1) { /* the fused pair's sums: two planes */
+        a->partial = cu_scratch(c, (size_t)(a->splits * a->positions * a->n) * (a->w_pair.data ? 8 : 4));
+        a->counters = c->counters;
+    }
     void *own_x = tc && !a->tc_x ? cu_scratch(c, k_matmul_tc_x_bytes(a)) : NULL;
     if (own_x) a->tc_x = own_x, a->tc_x_fresh = 1;
-    if (profile) cu_prof_begin(c, mm_name(a->w.kind, tc));
+    if (profile) cu_prof_begin(c, mm_name(a->w.kind, tc, tcs));
     CU(tc ? k_matmul_tc(a, c->stream) : tcs ? k_matmul_tcs(a, c->stream) : k_matmul_simt(a, c->stream));
     if (profile) cu_prof_end(c);
     if (a->partial) cu_release_scratch(c, a->partial);
@@ -76,11 +102,14 @@ static void dense(cuda_t *c, float *out, int64_t ldo, const float *x, int64_t ld
 void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0) {
     if (x.cols != w->w.cols) die("CUDA backend: matmul of %lld columns against a weight of %lld", (long long)x.cols,
                                  (long long)w->w.cols);
+    if (row0 < 0 || row0 + out.cols > w->w.rows)
+        die("CUDA backend: matmul of weight rows %lld..%lld past a weight of %lld", (long long)row0,
+            (long long)(row0 + out.cols), (long long)w->w.rows);
     dense(cu_of(bk), out.ptr, out.ld, x.ptr, x.ld, x.rows, w, row0, out.cols, true);
 }
 
 /* One launch when every output tile lies in one group (16 outputs on the CUDA cores, 128 on
- * the tensor cores), else one matmul per group. */
+ * the tensor cores at any number of positions), else one matmul per group. */
 void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups) {
     cuda_t *c = cu_of(bk);
     int64_t ng = groups > 0 ? out.cols / groups : 0, kg = groups > 0 ? x.cols / groups : 0;
@@ -90,7 +119,7 @@ void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_w
     if (x.rows <= 0 || ng <= 0) return;
     mm_args_t a = {.m = x.rows, .n = out.cols, .k = kg, .x = x.ptr, .ldx = x.ld, .out = out.ptr, .ldo = out.ld, .w = w->w,
                    .positions = x.rows, .x_group_n = ng};
-    if (use_tc(c, &a) ? ng % 128 == 0 : k_matmul_fast_ok(&w->w) && ng % 16 == 0) {
+    if (use_tc(c, &a) ? ng % 128 == 0 : use_tcs(c, &a) || (k_matmul_fast_ok(&w->w) && ng % 16 == 0)) {
         mm_run(c, &a, true);
         return;
     }
@@ -99,12 +128,14 @@ void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_w
 }
 
 /* ---- experts ---------------------------------------------------------------------------- */
+static bool kw_same_layout(const kw_t *a, const kw_t *b) {
+    return a->kind == b->kind && a->scale_f32 == b->scale_f32 && a->block_rows == b->block_rows &&
+           a->block_cols == b->block_cols && a->rows == b->rows && a->cols == b->cols;
+}
+
 /* Same weight, same layout: the table caches whole descriptors, since a weight bound anew
  * can reuse a freed weight's data address with its scales elsewhere. */
-static bool kw_same(const kw_t *a, const kw_t *b) {
-    return a->data == b->data && a->scale == b->scale && a->kind == b->kind && a->scale_f32 == b->scale_f32 &&
-           a->block_rows == b->block_rows && a->block_cols == b->block_cols && a->rows == b->rows && a->cols == b->cols;
-}
+static bool kw_same(const kw_t *a, const kw_t *b) { return a->data == b->data && a->scale == b->scale && kw_same_layout(a, b); }
 
 /* The device table of a layer's expert weights (w1 of all, then w2, then w3), built on first
  * use and rebuilt if any weight changed. */
@@ -128,9 +159,7 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
     if (c->capturing) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
     for (int i = 0; i < n; i++)
         for (int j = 0; j < 3; j++) {
-            const kw_t *f = &h[j * n + i], *g = &h[j * n];
-            if (f->kind != g->kind || f->rows != g->rows || f->cols != g->cols || f->block_rows != g->block_rows ||
-                f->block_cols != g->block_cols || f->scale_f32 != g->scale_f32)
+            if (!kw_same_layout(&h[j * n + i], &h[j * n]))
                 die("CUDA backend: routed experts of one layer must share one storage format and shape");
         }
     void *dev;
@@ -141,16 +170,24 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
     return &c->expert_tabs[c->n_expert_tabs++];
 }
 
-/* One expert MLP over m positions of x (the shared expert): y = w2 . act(w1 x, w3 x). */
+/* One expert MLP over m positions of x (the shared expert): y = w2 . act(w1 x, w3 x); at few
+ * positions on the tensor cores w1, w3 and the activation are one launch. */
 static void shared_expert(cuda_t *c, const bk_expert_t *sh, const float *x, int64_t ldx, int64_t m, float *y, float limit) {
     int64_t I = sh->w1->w.rows, D = sh->w2->w.rows;
-    float *g = cu_scratch(c, (size_t)(m * I) * 4), *u = cu_scratch(c, (size_t)(m * I) * 4);
-    dense(c, g, I, x, ldx, m, sh->w1, 0, I, false);
-    dense(c, u, I, x, ldx, m, sh->w3, 0, I, false);
-    CU(k_moe_act(g, g, u, NULL, m, I, limit, c->stream));
+    float *g = cu_scratch(c, (size_t)(m * I) * 4);
+    mm_args_t a = {.m = m, .n = I, .k = sh->w1->w.cols, .x = x, .ldx = ldx, .out = g, .ldo = I, .w = sh->w1->w,
+                   .positions = m, .w_pair = sh->w3->w, .limit = limit};
+    if (use_tcs(c, &a) && k_matmul_tcs_ok(&sh->w3->w) && kw_same_layout(&sh->w1->w, &sh->w3->w))
+        mm_run(c, &a, false);
+    else {
+        float *u = cu_scratch(c, (size_t)(m * I) * 4);
+        dense(c, g, I, x, ldx, m, sh->w1, 0, I, false);
+        dense(c, u, I, x, ldx, m, sh->w3, 0, I, false);
+        CU(k_moe_act(g, g, u, NULL, m, I, limit, c->stream));
+        cu_release_scratch(c, u);
+    }
     dense(c, y, D, g, I, m, sh->w2, 0, D, false);
     cu_release_scratch(c, g);
-    cu_release_scratch(c, u);
 }
 
 void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
