@@ -966,7 +966,7 @@ static void test_moe(void) {
     moe_case(5, 64, 96, 9, 3, WQ_FP4, true, false);   /* tensor cores 8 positions a pass, about one per expert */
     moe_case(70, 64, 96, 9, 3, WQ_FP4, true, false);  /* the same, several passes per expert */
     moe_case(40, 64, 96, 9, 3, WQ_FP8, false, false); /* the same, FP8 experts */
-    moe_case(24, 2112, 64, 4, 2, WQ_FP4, false, false); /* a reduction staged in two chunks */
+    moe_case(24, 2112, 64, 4, 2, WQ_FP4, false, false); /* a long reduction (test_moe_tcs stages one in two chunks) */
     moe_case(300, 128, 64, 16, 6, WQ_FP4, false, false); /* tensor cores: 32+ positions per expert */
     moe_case(200, 64, 96, 4, 2, WQ_FP4, true, false);
     moe_case(6, 64, 32, 5, 2, WQ_F32, true, false);   /* fp32 experts: exact path */
