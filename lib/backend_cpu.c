@@ -88,6 +88,8 @@ static void cpu_destroy(backend_t *bk) {
     cpu_t *c = cpu_of(bk);
     tp_free(c->tp);
     for (int i = 0; i < c->n_workers * SCRATCH_SLOTS; i++) free(c->scratch[i]);
+    for (int w = 0; w < c->n_workers; w++) sampler_free(c->samplers[w]);
+    free(c->samplers);
     free(c->scratch);
     free(c->scratch_n);
     free(c);
@@ -351,11 +353,30 @@ static void cpu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_ten
     for_rows(bk, out.rows, 8 * out.cols * ratio, pool_row, &a);
 }
 
-/* The reference: the host sampler on each row. */
+/* The reference: the host sampler on each row, rows spread over the workers (worker 0 takes
+ * the caller's scratch, the others their own). */
+typedef struct {
+    cpu_t *c;
+    bk_tensor_t logits;
+    const bk_pick_t *rows;
+    sampler_t *scratch;
+} pick_args_t;
+
+static void pick_row(const void *p, int64_t i, int worker) {
+    const pick_args_t *a = p;
+    const bk_pick_t *r = &a->rows[i];
+    sampler_t *s = worker ? a->c->samplers[worker] : a->scratch;
+    *r->token = sampler_pick(s, r->sp, f32_at(a->logits, i), r->position, r->mask, r->lp);
+}
+
 static void cpu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
-    (void)bk;
-    for (int i = 0; i < n; i++)
-        *rows[i].token = sampler_pick(scratch, rows[i].sp, f32_at(logits, i), rows[i].position, rows[i].mask, rows[i].lp);
+    cpu_t *c = cpu_of(bk);
+    if (c->sampler_vocab != logits.cols) {
+        for (int w = 1; w < c->n_workers; w++) sampler_free(c->samplers[w]), c->samplers[w] = sampler_new(logits.cols);
+        c->sampler_vocab = logits.cols;
+    }
+    pick_args_t a = {c, logits, rows, scratch};
+    for_rows(bk, n, 16 * logits.cols, pick_row, &a);
 }
 
 backend_t *backend_cpu_create(int threads) {
@@ -365,6 +386,7 @@ backend_t *backend_cpu_create(int threads) {
     c->n_workers = tp_size(c->tp);
     c->scratch = xcalloc((size_t)c->n_workers * SCRATCH_SLOTS, sizeof *c->scratch);
     c->scratch_n = xcalloc((size_t)c->n_workers * SCRATCH_SLOTS, sizeof *c->scratch_n);
+    c->samplers = xcalloc((size_t)c->n_workers, sizeof *c->samplers);
     backend_t *bk = xcalloc(1, sizeof *bk);
     *bk = (backend_t){
         .name = "cpu", .impl = c,

@@ -20,6 +20,8 @@ typedef struct {
     int n_workers;
     float **scratch;   /* [worker * SCRATCH_SLOTS + slot] */
     size_t *scratch_n; /* floats allocated */
+    sampler_t **samplers; /* [worker], 1.. (worker 0 uses the pick's scratch) */
+    int64_t sampler_vocab;
 } cpu_t;
 
 static inline cpu_t *cpu_of(backend_t *bk) { return bk->impl; }
