@@ -7,10 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool greedy(const sampler_params_t *sp) { return sp->temperature < SAMPLER_MIN_TEMPERATURE || sp->top_k == 1; }
-
 static bool on_device(const sampler_params_t *sp) {
-    return !sp->logprobs && (greedy(sp) || (sp->top_k <= 0 && sp->top_p >= 1.0));
+    return !sp->logprobs && (sampler_greedy(sp) || (sp->top_k <= 0 && sp->top_p >= 1.0));
 }
 
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
@@ -33,7 +31,7 @@ void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sa
         }
         tab[nd++] = (pick_row_t){.temperature = sp->temperature, .min_p = sp->min_p,
                                  .u = sampler_uniform(sp->seed, rows[i].position), .row = i, .mask_off = off,
-                                 .greedy = greedy(sp)};
+                                 .greedy = sampler_greedy(sp)};
     }
     if (nd) {
         cu_prof_begin(c, "pick (device)");

@@ -29,6 +29,8 @@ sampler_params_t sampler_params(const frame_params_t *p, const char *id) {
     return s;
 }
 
+bool sampler_greedy(const sampler_params_t *sp) { return sp->temperature < SAMPLER_MIN_TEMPERATURE || sp->top_k == 1; }
+
 uint64_t sampler_seed_of_id(const char *id) { return hash64(HASH64_INIT, id, strlen(id)); }
 
 static uint64_t mix64(uint64_t z) {
@@ -191,8 +193,7 @@ static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l,
 
 uint32_t sampler_pick(sampler_t *s, const sampler_params_t *sp, const float *logits, int64_t position, const uint32_t *mask,
                       frame_logprob_t *lp) {
-    bool greedy = sp->temperature < SAMPLER_MIN_TEMPERATURE || sp->top_k == 1;
-    uint32_t id = greedy ? argmax(logits, s->vocab, mask) : sample(s, sp, logits, position, mask);
+    uint32_t id = sampler_greedy(sp) ? argmax(logits, s->vocab, mask) : sample(s, sp, logits, position, mask);
     if (id != SAMPLER_NONE && lp && sp->logprobs) logprobs(logits, s->vocab, id, sp->top_logprobs, lp);
     return id;
 }

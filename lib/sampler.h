@@ -51,6 +51,9 @@ typedef struct {
  * min-p 0) and its seed: p->seed, or the hash of id when the request has none. */
 sampler_params_t sampler_params(const frame_params_t *p, const char *id);
 
+/* Whether sp picks greedily (temperature below SAMPLER_MIN_TEMPERATURE, or top-k 1). */
+bool sampler_greedy(const sampler_params_t *sp);
+
 /* The seed of a request without one: FNV-1a 64 of its id. */
 uint64_t sampler_seed_of_id(const char *id);
 
