@@ -137,31 +137,33 @@ static bool kw_same_layout(const kw_t *a, const kw_t *b) {
  * can reuse a freed weight's data address with its scales elsewhere. */
 static bool kw_same(const kw_t *a, const kw_t *b) { return a->data == b->data && a->scale == b->scale && kw_same_layout(a, b); }
 
-/* The device table of a layer's expert weights (w1 of all, then w2, then w3), built on first
- * use and rebuilt if any weight changed. */
+/* Slot i of a layer's expert table: w1 of all experts, then w2, then w3. */
+static const kw_t *expert_slot(const bk_expert_t *ex, int n, int i) {
+    const bk_expert_t *e = &ex[i % n];
+    return &(i < n ? e->w1 : i < 2 * n ? e->w2 : e->w3)->w;
+}
+
+/* The device table of a layer's expert weights, built on first use and rebuilt if any weight
+ * changed (checked in place: every MoE call looks it up). */
 static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n) {
-    kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
-    for (int i = 0; i < n; i++) h[i] = ex[i].w1->w, h[n + i] = ex[i].w2->w, h[2 * n + i] = ex[i].w3->w;
     for (int t = 0; t < c->n_expert_tabs; t++) {
         cu_experts_t *e = &c->expert_tabs[t];
         if (e->experts != ex || e->n != n) continue;
         bool same = true;
-        for (int i = 0; i < 3 * n && same; i++) same = kw_same(&e->host[i], &h[i]);
-        if (same) {
-            free(h);
-            return e;
-        }
+        for (int i = 0; i < 3 * n && same; i++) same = kw_same(&e->host[i], expert_slot(ex, n, i));
+        if (same) return e;
         CU(cudaFree(e->dev));
         free(e->host);
         *e = c->expert_tabs[--c->n_expert_tabs];
         break;
     }
     if (c->capturing) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < 3; j++) {
-            if (!kw_same_layout(&h[j * n + i], &h[j * n]))
-                die("CUDA backend: routed experts of one layer must share one storage format and shape");
-        }
+    kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
+    for (int i = 0; i < 3 * n; i++) {
+        h[i] = *expert_slot(ex, n, i);
+        if (!kw_same_layout(&h[i], &h[i / n * n]))
+            die("CUDA backend: routed experts of one layer must share one storage format and shape");
+    }
     void *dev;
     CU(cudaMalloc(&dev, (size_t)(3 * n) * sizeof *h));
     CU(cudaMemcpy(dev, h, (size_t)(3 * n) * sizeof *h, cudaMemcpyHostToDevice));
