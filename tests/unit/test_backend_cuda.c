@@ -891,18 +891,38 @@ static int32_t skewed_expert(int r, int s, int E) {
     return 1;
 }
 
-static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared, bool skewed) {
-    weight_t w[16][3], sh[3];
-    bk_expert_t exg[16], exc[16], shg, shc;
-    bool quant = kind == WQ_FP8 || kind == WQ_FP4;
-    wq_kind_t sk = quant ? WQ_FP8 : kind; /* the shared expert: FP8 as released, or like the routed ones */
+/* E routed experts of one kind (1 x 32 blocks, as the released FP4) and a shared expert (FP8
+ * with 32 x 32 blocks as released, or the routed kind when that is F32/BF16), bound on both
+ * backends. */
+enum { MAX_TEST_EXPERTS = 16 };
+typedef struct {
+    int n;
+    weight_t w[MAX_TEST_EXPERTS][3], sh[3];
+    bk_expert_t g[MAX_TEST_EXPERTS], c[MAX_TEST_EXPERTS], shg, shc;
+} experts_t;
+
+static void make_experts(experts_t *x, wq_kind_t kind, int E, int D, int I) {
+    wq_kind_t sk = kind == WQ_FP8 || kind == WQ_FP4 ? WQ_FP8 : kind;
+    x->n = E;
     for (int e = 0; e < E; e++) {
-        w[e][0] = make_weight(kind, I, D, 1), w[e][1] = make_weight(kind, D, I, 1), w[e][2] = make_weight(kind, I, D, 1);
-        exg[e] = (bk_expert_t){w[e][0].g, w[e][1].g, w[e][2].g};
-        exc[e] = (bk_expert_t){w[e][0].c, w[e][1].c, w[e][2].c};
+        weight_t *w = x->w[e];
+        w[0] = make_weight(kind, I, D, 1), w[1] = make_weight(kind, D, I, 1), w[2] = make_weight(kind, I, D, 1);
+        x->g[e] = (bk_expert_t){w[0].g, w[1].g, w[2].g}, x->c[e] = (bk_expert_t){w[0].c, w[1].c, w[2].c};
     }
-    sh[0] = make_weight(sk, I, D, 32), sh[1] = make_weight(sk, D, I, 32), sh[2] = make_weight(sk, I, D, 32);
-    shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g}, shc = (bk_expert_t){sh[0].c, sh[1].c, sh[2].c};
+    x->sh[0] = make_weight(sk, I, D, 32), x->sh[1] = make_weight(sk, D, I, 32), x->sh[2] = make_weight(sk, I, D, 32);
+    x->shg = (bk_expert_t){x->sh[0].g, x->sh[1].g, x->sh[2].g}, x->shc = (bk_expert_t){x->sh[0].c, x->sh[1].c, x->sh[2].c};
+}
+
+static void free_experts(experts_t *x) {
+    for (int e = 0; e < x->n; e++)
+        for (int j = 0; j < 3; j++) free_weight(&x->w[e][j]);
+    for (int j = 0; j < 3; j++) free_weight(&x->sh[j]);
+}
+
+static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared, bool skewed) {
+    bool quant = kind == WQ_FP8 || kind == WQ_FP4;
+    experts_t ex;
+    make_experts(&ex, kind, E, D, I);
     float *x = t_rand_vec((size_t)(m * D), 2.0f), *wt = t_rand_vec((size_t)(m * k), 1.0f);
     int32_t *idx = xmalloc((size_t)(m * k) * 4);
     for (int r = 0; r < m; r++)
@@ -923,8 +943,8 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
     for (int lim = 0; lim < 2; lim++) {
         float limit = lim ? 0.7f : 0.0f;
         poison(o.g);
-        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, exg, E, with_shared ? &shg : NULL, limit);
-        cpu->moe(cpu, o.c, tx.c, ti.c, tw.c, exc, E, with_shared ? &shc : NULL, limit);
+        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex.g, E, with_shared ? &ex.shg : NULL, limit);
+        cpu->moe(cpu, o.c, tx.c, ti.c, tw.c, ex.c, E, with_shared ? &ex.shc : NULL, limit);
         float *g = t_download(gpu, o.g), *c = t_download(cpu, o.c);
         /* the reference with the tensor cores' bf16 roundings or without (CUDA cores), for the routed
          * and the shared experts (dense) each */
@@ -934,8 +954,8 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
             for (int r = 0; r < m; r++) {
                 for (int s = 0; s < k; s++)
                     if (idx[r * k + s] >= 0)
-                        expert_ref(w[idx[r * k + s]], quant && (round & 1), x + r * D, D, I, wt[r * k + s], limit, ref + r * D);
-                if (with_shared) expert_ref(sh, sk != WQ_F32 && (round & 2), x + r * D, D, I, 1.0, limit, ref + r * D);
+                        expert_ref(ex.w[idx[r * k + s]], quant && (round & 1), x + r * D, D, I, wt[r * k + s], limit, ref + r * D);
+                if (with_shared) expert_ref(ex.sh, kind != WQ_F32 && (round & 2), x + r * D, D, I, 1.0, limit, ref + r * D);
             }
             for (int i = 0; i < m * D; i++) reff[i] = (float)ref[i];
             e = fmin(e, t_max_err(g, reff, (size_t)(m * D)));
@@ -950,9 +970,7 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
                I, E, k, skewed ? " skewed" : "", limit, e, l2);
         free(g), free(c);
     }
-    for (int e = 0; e < E; e++)
-        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
-    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+    free_experts(&ex);
     free2(&tx), free2(&ti), free2(&tw), free2(&o);
     free(x), free(wt), free(idx), free(ref), free(reff);
 }
@@ -989,14 +1007,8 @@ static void test_moe(void) {
  * shared expert at few positions fused (w1, w3 and the activation in one launch), split or not. */
 static void moe_invariance_case(int D, int I) {
     enum { M = 20, E = 9, K = 3 };
-    weight_t w[E][3], sh[3];
-    bk_expert_t ex[E], shg;
-    for (int e = 0; e < E; e++) {
-        w[e][0] = make_weight(WQ_FP4, I, D, 1), w[e][1] = make_weight(WQ_FP4, D, I, 1), w[e][2] = make_weight(WQ_FP4, I, D, 1);
-        ex[e] = (bk_expert_t){w[e][0].g, w[e][1].g, w[e][2].g};
-    }
-    for (int j = 0; j < 3; j++) sh[j] = make_weight(WQ_FP8, j == 1 ? D : I, j == 1 ? I : D, 32);
-    shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g};
+    experts_t ex;
+    make_experts(&ex, WQ_FP4, E, D, I);
     float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
     int32_t idx[M * K];
     for (int r = 0; r < M; r++)
@@ -1004,9 +1016,9 @@ static void moe_invariance_case(int D, int I) {
     pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K), o = out2(BK_F32, M, D), o1 = out2(BK_F32, M, D);
     int diff = 0;
     for (int lim = 0; lim < 2; lim++) {
-        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex, E, &shg, lim ? 0.7f : 0.0f);
+        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex.g, E, &ex.shg, lim ? 0.7f : 0.0f);
         for (int r = 0; r < M; r++)
-            gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex, E, &shg,
+            gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex.g, E, &ex.shg,
                      lim ? 0.7f : 0.0f);
         float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
         for (int r = 0; r < M; r++) diff += memcmp(u + r * D, v + r * D, D * 4) != 0;
@@ -1014,9 +1026,7 @@ static void moe_invariance_case(int D, int I) {
     }
     CHECKF(diff == 0, "D %d I %d: %d rows differ batched and alone", D, I, diff);
     free2(&tx), free2(&ti), free2(&tw), free2(&o), free2(&o1);
-    for (int e = 0; e < E; e++)
-        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
-    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+    free_experts(&ex);
     free(x), free(wt);
 }
 
@@ -1035,14 +1045,9 @@ static void test_moe_batch_invariance(void) {
  * same bits as within the whole batch, in every precision. */
 static void test_tc_batch_invariance(void) {
     enum { M = 300, H = 150, D = 128, I = 96, N = 500, E = 16, K = 6 };
-    weight_t wd = make_weight(WQ_FP8, N, D, 32), w[E][3], sh[3];
-    bk_expert_t ex[E], shg;
-    for (int e = 0; e < E; e++) {
-        w[e][0] = make_weight(WQ_FP4, I, D, 1), w[e][1] = make_weight(WQ_FP4, D, I, 1), w[e][2] = make_weight(WQ_FP4, I, D, 1);
-        ex[e] = (bk_expert_t){w[e][0].g, w[e][1].g, w[e][2].g};
-    }
-    for (int j = 0; j < 3; j++) sh[j] = make_weight(WQ_FP8, j == 1 ? D : I, j == 1 ? I : D, 32);
-    shg = (bk_expert_t){sh[0].g, sh[1].g, sh[2].g};
+    weight_t wd = make_weight(WQ_FP8, N, D, 32);
+    experts_t ex;
+    make_experts(&ex, WQ_FP4, E, D, I);
     float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
     int32_t idx[M * K];
     for (int r = 0; r < M; r++)
@@ -1055,8 +1060,8 @@ static void test_tc_batch_invariance(void) {
         backend_cuda_precision(gpu, precs[pr]);
         gpu->matmul(gpu, o, tx.g, wd.g, 0);
         gpu->matmul(gpu, oh, bk_rows(tx.g, 0, H), wd.g, 0);
-        gpu->moe(gpu, y, tx.g, ti.g, tw.g, ex, E, &shg, 0.0f);
-        gpu->moe(gpu, yh, bk_rows(tx.g, 0, H), bk_rows(ti.g, 0, H), bk_rows(tw.g, 0, H), ex, E, &shg, 0.0f);
+        gpu->moe(gpu, y, tx.g, ti.g, tw.g, ex.g, E, &ex.shg, 0.0f);
+        gpu->moe(gpu, yh, bk_rows(tx.g, 0, H), bk_rows(ti.g, 0, H), bk_rows(tw.g, 0, H), ex.g, E, &ex.shg, 0.0f);
         float *a = t_download(gpu, o), *b = t_download(gpu, oh), *c = t_download(gpu, y), *d = t_download(gpu, yh);
         CHECKF(!memcmp(a, b, (size_t)H * N * 4), "precision %d: dense rows differ batched and alone", (int)precs[pr]);
         CHECKF(!memcmp(c, d, (size_t)H * D * 4), "precision %d: expert rows differ batched and alone", (int)precs[pr]);
@@ -1066,9 +1071,7 @@ static void test_tc_batch_invariance(void) {
     gpu->release(gpu, &o), gpu->release(gpu, &oh), gpu->release(gpu, &y), gpu->release(gpu, &yh);
     free2(&tx), free2(&ti), free2(&tw);
     free_weight(&wd);
-    for (int e = 0; e < E; e++)
-        for (int j = 0; j < 3; j++) free_weight(&w[e][j]);
-    for (int j = 0; j < 3; j++) free_weight(&sh[j]);
+    free_experts(&ex);
     free(x), free(wt);
 }
 
