@@ -132,25 +132,28 @@ static void block(fwd_t *f, int L, int64_t k0) {
 }
 
 /* The head over the wanted rows: runs of batch rows collapsed into consecutive rows of xc,
- * the norm, then vocab-wide logits in blocks of 64 rows, each downloaded to its destination. */
+ * the norm, then vocab-wide logits in blocks of HEAD_BLOCK rows, each row downloaded to its
+ * destination or picked from. */
+enum { HEAD_BLOCK = 64 }; /* rows of vocab-wide logits in flight */
+
 typedef struct {
     int64_t row;
     float *dst;
     const bk_pick_t *pick; /* instead of dst: the backend picks the token */
 } head_row_t;
 
-/* Rows [i, k) of a block of logits: runs of picked rows go to the pick op, the others are
- * downloaded to their destinations. */
+/* The k (<= HEAD_BLOCK) rows of a block of logits: runs of picked rows go to the pick op, the
+ * others are downloaded to their destinations. */
 static void head_deliver(fwd_t *f, bk_tensor_t out, const head_row_t *want, int64_t k, sampler_t *scratch) {
     backend_t *bk = f->bk;
-    bk_pick_t run[64];
+    bk_pick_t run[HEAD_BLOCK];
     for (int64_t i = 0, j; i < k; i = j) {
         if (!want[i].pick) {
             bk->download(bk, want[i].dst, bk_rows(out, i, 1));
             j = i + 1;
             continue;
         }
-        for (j = i; j < k && want[j].pick && j - i < 64; j++) run[j - i] = *want[j].pick;
+        for (j = i; j < k && want[j].pick; j++) run[j - i] = *want[j].pick;
         bk->pick(bk, bk_rows(out, i, j - i), run, (int)(j - i), scratch);
     }
 }
@@ -166,10 +169,9 @@ static void head(fwd_t *f, const head_row_t *want, int64_t nw, sampler_t *scratc
     }
     bk_tensor_t xc = bk_rows(f->xc, 0, nw);
     bk->rmsnorm(bk, xc, xc, &f->m->norm, (float)c->rms_norm_eps);
-    enum { BLOCK = 64 }; /* rows of vocab-wide logits in flight */
-    bk_tensor_t out = bk->alloc(bk, BK_F32, nw < BLOCK ? nw : BLOCK, c->vocab_size);
-    for (int64_t r = 0; r < nw; r += BLOCK) {
-        int64_t k = nw - r < BLOCK ? nw - r : BLOCK;
+    bk_tensor_t out = bk->alloc(bk, BK_F32, nw < HEAD_BLOCK ? nw : HEAD_BLOCK, c->vocab_size);
+    for (int64_t r = 0; r < nw; r += HEAD_BLOCK) {
+        int64_t k = nw - r < HEAD_BLOCK ? nw - r : HEAD_BLOCK;
         bk->matmul(bk, bk_rows(out, 0, k), bk_rows(xc, r, k), f->m->head, 0);
         head_deliver(f, out, want + r, k, scratch);
     }
