@@ -99,16 +99,13 @@ const prefill_stats_t *prefill_stats(const prefill_engine_t *p) { return &p->sta
 static void finish_job(prefill_engine_t *p, job_t *j) {
     seqstate_t *st = j->st;
     frame_t *req = &j->req;
-    const sampler_params_t sp = j->sp;
-    frame_logprob_t lp = j->lp;
-    uint32_t tok = j->first;
     uint64_t t1 = now_ns();
-    if (tok == SAMPLER_NONE) { /* cannot happen: a grammar always allows a first token */
+    if (j->first == SAMPLER_NONE) { /* cannot happen: a grammar always allows a first token */
         refuse(p, req, j->in_us, "internal", "the constraint allows no first token");
         return;
     }
-    st->next_token = tok;
-    st->rng[0] = sp.seed;
+    st->next_token = j->first;
+    st->rng[0] = j->sp.seed;
     st->rng[1] = 0;
     buf_t bytes = {0};
     seqstate_serialize(st, &bytes);
@@ -126,11 +123,11 @@ static void finish_job(prefill_engine_t *p, job_t *j) {
     req->meta = (frame_meta_t){0};
     s.meta.prompt_tokens = req->n_tokens;
     s.tokens = xmalloc(sizeof *s.tokens);
-    s.tokens[0] = tok;
+    s.tokens[0] = j->first;
     s.n_tokens = 1;
-    if (sp.logprobs) {
+    if (j->sp.logprobs) {
         s.logprobs = xmalloc(sizeof *s.logprobs);
-        s.logprobs[0] = lp;
+        s.logprobs[0] = j->lp;
     }
     s.state = bytes.data;
     s.state_len = bytes.len;
