@@ -262,7 +262,7 @@ size_t decode_step(decode_engine_t *d) {
     size_t n = d->n_run;
     if (!n) return moved;
     seqstate_t **sts = xmalloc(n * sizeof *sts);
-    uint32_t *ids = xmalloc(n * sizeof *ids), *next = xmalloc(n * sizeof *next);
+    uint32_t *ids = xmalloc(n * sizeof *ids);
     bk_pick_t *picks = xmalloc(n * sizeof *picks);
     frame_logprob_t *lps = xmalloc(n * sizeof *lps);
     uint64_t *mask_ns = xcalloc(n, sizeof *mask_ns);
@@ -271,7 +271,8 @@ size_t decode_step(decode_engine_t *d) {
         sts[i] = s->st, ids[i] = s->last;
         uint64_t t = now_ns();
         if (s->gm) grammar_matcher_fill_mask(s->gm, s->mask), mask_ns[i] = now_ns() - t;
-        picks[i] = (bk_pick_t){&s->sp, s->st->T + 1, s->gm ? s->mask : NULL, &next[i], &lps[i]};
+        /* the step's input is in ids: the pick writes the next token over s->last */
+        picks[i] = (bk_pick_t){&s->sp, s->st->T + 1, s->gm ? s->mask : NULL, &s->last, &lps[i]};
     }
     char err[256];
     uint64_t t0 = now_ns();
@@ -290,8 +291,6 @@ size_t decode_step(decode_engine_t *d) {
             release(d, s);
             continue;
         }
-        frame_logprob_t lp = lps[i];
-        s->last = next[i];
         d->stats.tokens++;
         uint64_t t4 = now_ns();
         if (s->gm && !grammar_matcher_accept(s->gm, s->last)) { /* only if the mask was empty */
@@ -310,7 +309,7 @@ size_t decode_step(decode_engine_t *d) {
             d->stats.grammar_ns += g;
             if (g > d->stats.grammar_max_ns) d->stats.grammar_max_ns = g;
         }
-        emit_tokens(d, s, out, n_out, &lp, false);
+        emit_tokens(d, s, out, n_out, &lps[i], false);
         if (reason) {
             emit_done(d, s, reason);
             release(d, s);
@@ -318,6 +317,6 @@ size_t decode_step(decode_engine_t *d) {
             d->run[kept++] = s;
     }
     d->n_run = kept;
-    free(sts), free(ids), free(next), free(picks), free(lps), free(mask_ns);
+    free(sts), free(ids), free(picks), free(lps), free(mask_ns);
     return moved + n;
 }
