@@ -73,6 +73,7 @@ __device__ __forceinline__ const float *key_row(const attn_args_t &a, const attn
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t per_split, int vec) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const float **rowp = (const float **)smem, **qrow = rowp + 2 * AT_KT; /* rowp: two tiles' key rows */
     int d = a.d, ldd = at_ldd(d), dpad = (d + 3) & ~3, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t
 #define AT_MAX_SPLITS 256
 
 __global__ void attn_merge_kernel(attn_args_t a) {
+    pdl_begin();
     __shared__ float f[AT_MAX_SPLITS], z[AT_MAX_SPLITS], red[2];
     int64_t r = blockIdx.x, row = a.rows ? a.rows[r].row : r;
     int h = blockIdx.y, S = a.splits, d = a.d;
@@ -277,9 +279,7 @@ extern "C" cudaError_t k_attention(const attn_args_t *a, cudaStream_t s) {
     }
     int64_t nv = a->window + a->n_sel, per = ceil_div(ceil_div(nv, a->splits), AT_KT) * AT_KT;
     dim3 grid((unsigned)a->m, (unsigned)ceil_div(a->heads, AT_HG), (unsigned)a->splits);
-    attn_kernel<<<grid, AT_THREADS, smem, s>>>(*a, per, a->vec);
-    cudaError_t e = DI_LAUNCHED();
+    cudaError_t e = k_launch(attn_kernel, grid, AT_THREADS, smem, s, *a, per, a->vec);
     if (e != cudaSuccess || a->splits == 1) return e;
-    attn_merge_kernel<<<dim3((unsigned)a->m, (unsigned)a->heads), 128, 0, s>>>(*a);
-    return DI_LAUNCHED();
+    return k_launch(attn_merge_kernel, dim3((unsigned)a->m, (unsigned)a->heads), 128, 0, s, *a);
 }

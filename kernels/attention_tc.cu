@@ -69,6 +69,7 @@ __device__ __forceinline__ void at_meta(const attn_tc_args_t &a, const at_keys_t
 
 template <int NP>
 __global__ void __launch_bounds__(AT_THREADS, 1) attn_tc_kernel(attn_tc_args_t a) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const int d = a.d, ldq = d + 8, ldk = d + 8, MP = (a.heads + 15) & ~15;
     float *qs = (float *)smem;
@@ -272,8 +273,7 @@ static cudaError_t launch(const attn_tc_args_t *a, size_t smem, cudaStream_t s) 
         if (e != cudaSuccess) return e;
         raised = smem;
     }
-    attn_tc_kernel<NP><<<(unsigned)a->m, AT_THREADS, smem, s>>>(*a);
-    return DI_LAUNCHED();
+    return k_launch(attn_tc_kernel<NP>, (unsigned)a->m, AT_THREADS, smem, s, *a);
 }
 
 extern "C" cudaError_t k_attention_tc(const attn_tc_args_t *a, cudaStream_t s) {

@@ -6,6 +6,7 @@
 #include "common.cuh"
 
 __global__ void __launch_bounds__(128) bf16_pieces_kernel(pieces_args_t a) {
+    pdl_begin();
     const piece_seg_t sg = a.segs[blockIdx.y];
     int64_t j = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (j >= sg.rows) return;
@@ -37,6 +38,5 @@ __global__ void __launch_bounds__(128) bf16_pieces_kernel(pieces_args_t a) {
 extern "C" cudaError_t k_bf16_pieces(const pieces_args_t *a, cudaStream_t s) {
     if (a->n_segs <= 0 || a->most <= 0) return cudaSuccess;
     if (a->cols % 4 || a->pieces < 1 || a->pieces > 3 || a->n_segs > 65535) return cudaErrorInvalidValue;
-    bf16_pieces_kernel<<<dim3((unsigned)ceil_div(a->most, 4), (unsigned)a->n_segs), 128, 0, s>>>(*a);
-    return DI_LAUNCHED();
+    return k_launch(bf16_pieces_kernel, dim3((unsigned)ceil_div(a->most, 4), (unsigned)a->n_segs), 128, 0, s, *a);
 }

@@ -1,6 +1,6 @@
 // Device helpers shared by the kernels: number formats (the exact decoders and encoders of
 // lib/dequant.c and lib/qat.c, ported so that the device computes the same bits), weight-scale
-// lookup, warp reductions and the launch-status convention.
+// lookup, warp reductions and the launch (k_launch, programmatic dependent launch).
 #pragma once
 
 #include "kernels.h"
@@ -10,10 +10,63 @@
 #include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
-
-#define DI_LAUNCHED() cudaGetLastError()
+#include <utility>
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- launches: programmatic dependent launch (sm_90) ------------------------------------------
+// Every kernel is launched by k_launch with programmatic stream serialization (eager and in
+// captured graphs): it may start once every block of the kernel before it in the stream has
+// called pdl_trigger() or exited, so its launch and prologue overlap that kernel's tail instead
+// of following its drain. The rules every kernel keeps:
+// - pdl_wait() before it reads anything an earlier kernel wrote or writes anything an earlier
+//   kernel may still read; it returns once the kernel before has completed and its writes are
+//   visible. Only weights and the launch's arguments may be read before it (a matmul's first
+//   weight fetches). Every kernel waits, even one that reads nothing of its predecessor's: a
+//   kernel completes only after its wait, so the waits chain and the kernel after it may rely
+//   on everything earlier having completed.
+// - pdl_trigger() right after the wait: where it sits changes no result (the next kernel's wait
+//   still waits for this one's completion), only how early the next one is resident.
+// After a non-kernel operation (a copy, a memset, an event) or without the attribute (k_pdl 0,
+// DI_CUDA_PDL=0 in lib/backend_cuda.c) both are no-ops and the stream serializes as usual; a
+// kernel of a library (cuBLASLt) before ours is simply waited for.
+extern int k_pdl; /* kernels/launch.cu */
+
+template <typename... P, typename... A>
+static cudaError_t k_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+    cfg.attrs = at, cfg.numAttrs = k_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// The first line of a kernel that reads nothing before its wait.
+__device__ __forceinline__ void pdl_begin() {
+    pdl_wait();
+    pdl_trigger();
+}
+
+// Asks L2 for the 128-byte lines of bytes [p, p + n), `lanes` threads (this one number `lane`)
+// taking them in turn: weight rows a kernel fetches before its pdl_wait.
+__device__ __forceinline__ void prefetch_l2(const void *p, int64_t n, int lane, int lanes) {
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)127, end = (uintptr_t)p + (uintptr_t)n;
+    for (a += (uintptr_t)lane * 128; a < end; a += (uintptr_t)lanes * 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+}
 
 __device__ __forceinline__ float bits_f(uint32_t u) { return __uint_as_float(u); }
 

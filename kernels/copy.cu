@@ -4,6 +4,7 @@
 #include "common.cuh"
 
 __global__ void copy_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t cols) {
+    pdl_begin();
     int64_t r = blockIdx.y, c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c < cols) dst[r * ldd + c] = src[r * lds + c];
 }
@@ -13,9 +14,8 @@ extern "C" cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t
     if (rows <= 0 || cols <= 0) return cudaSuccess;
     for (int64_t r0 = 0; r0 < rows; r0 += 65535) {
         int64_t n = rows - r0 < 65535 ? rows - r0 : 65535;
-        copy_kernel<<<dim3((unsigned)ceil_div(cols, 256), (unsigned)n), 256, 0, s>>>(dst + r0 * ldd, ldd, src + r0 * lds, lds,
-                                                                                    cols);
-        cudaError_t e = DI_LAUNCHED();
+        cudaError_t e = k_launch(copy_kernel, dim3((unsigned)ceil_div(cols, 256), (unsigned)n), 256, 0, s, dst + r0 * ldd,
+                                 ldd, src + r0 * lds, lds, cols);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -23,6 +23,7 @@ extern "C" cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t
 
 // Block (x, y) copies every gridDim.x-th element of copy y, from element x * blockDim.x.
 __global__ void copy_many_kernel(const copy_desc_t *d) {
+    pdl_begin();
     copy_desc_t c = d[blockIdx.y];
     int64_t n = c.rows * c.cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -35,8 +36,7 @@ extern "C" cudaError_t k_copy_many(const copy_desc_t *d, int n, int64_t most, cu
     if (n <= 0 || most <= 0) return cudaSuccess;
     for (int i = 0; i < n; i += 65535) {
         unsigned ny = (unsigned)(n - i < 65535 ? n - i : 65535);
-        copy_many_kernel<<<dim3((unsigned)min(ceil_div(most, 256), (int64_t)64), ny), 256, 0, s>>>(d + i);
-        cudaError_t e = DI_LAUNCHED();
+        cudaError_t e = k_launch(copy_many_kernel, dim3((unsigned)min(ceil_div(most, 256), (int64_t)64), ny), 256, 0, s, d + i);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;

@@ -4,6 +4,7 @@
 
 __global__ void engram_gate_kernel(float *X, int64_t ldx, const float *kv, int64_t ldkv, const float *qk, int64_t ldqk,
                                    int64_t D, int hc, float eps) {
+    pdl_begin();
     __shared__ float red[33];
     int64_t r = blockIdx.y;
     int k = blockIdx.x;
@@ -28,6 +29,5 @@ __global__ void engram_gate_kernel(float *X, int64_t ldx, const float *kv, int64
 extern "C" cudaError_t k_engram_gate(float *X, int64_t ldx, const float *kv, int64_t ldkv, const float *qk, int64_t ldqk,
                                      int64_t rows, int64_t D, int hc, float eps, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    engram_gate_kernel<<<dim3((unsigned)hc, (unsigned)rows), 256, 0, s>>>(X, ldx, kv, ldkv, qk, ldqk, D, hc, eps);
-    return DI_LAUNCHED();
+    return k_launch(engram_gate_kernel, dim3((unsigned)hc, (unsigned)rows), 256, 0, s, X, ldx, kv, ldkv, qk, ldqk, D, hc, eps);
 }

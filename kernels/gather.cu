@@ -4,6 +4,7 @@
 #include "common.cuh"
 
 __global__ void gather_kernel(float *out, int64_t ldo, kw_t w, const int32_t *idx, int64_t ldi, int k) {
+    pdl_begin();
     int64_t r = blockIdx.y;
     int j = blockIdx.x;
     int32_t id = idx[r * ldi + j];
@@ -15,6 +16,5 @@ __global__ void gather_kernel(float *out, int64_t ldo, kw_t w, const int32_t *id
 extern "C" cudaError_t k_gather(float *out, int64_t ldo, const kw_t *table, const int32_t *idx, int64_t ldi, int64_t rows,
                                 int64_t k, cudaStream_t s) {
     if (rows <= 0 || k <= 0) return cudaSuccess;
-    gather_kernel<<<dim3((unsigned)k, (unsigned)rows), 256, 0, s>>>(out, ldo, *table, idx, ldi, (int)k);
-    return DI_LAUNCHED();
+    return k_launch(gather_kernel, dim3((unsigned)k, (unsigned)rows), 256, 0, s, out, ldo, *table, idx, ldi, (int)k);
 }

@@ -4,6 +4,7 @@
 
 __global__ void group_pool_kernel(float *out, int64_t ldo, const float *z, int64_t ldz, const float *sc, int64_t lds,
                                   int64_t d, int R) {
+    pdl_begin();
     int64_t j = blockIdx.y, c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= d) return;
     float mx = -INFINITY, sum = 0.0f, v = 0.0f;
@@ -16,6 +17,6 @@ __global__ void group_pool_kernel(float *out, int64_t ldo, const float *z, int64
 extern "C" cudaError_t k_group_pool(float *out, int64_t ldo, const float *z, int64_t ldz, const float *sc, int64_t lds,
                                     int64_t groups, int64_t d, int ratio, cudaStream_t s) {
     if (groups <= 0 || d <= 0) return cudaSuccess;
-    group_pool_kernel<<<dim3((unsigned)ceil_div(d, 128), (unsigned)groups), 128, 0, s>>>(out, ldo, z, ldz, sc, lds, d, ratio);
-    return DI_LAUNCHED();
+    return k_launch(group_pool_kernel, dim3((unsigned)ceil_div(d, 128), (unsigned)groups), 128, 0, s, out, ldo, z, ldz, sc,
+                    lds, d, ratio);
 }

@@ -3,6 +3,7 @@
 
 __global__ void hc_collapse_kernel(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp,
                                    int64_t D, int hc) {
+    pdl_begin();
     int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (d >= D) return;
     const float *x = X + r * ldx, *w = pre + r * ldp;
@@ -14,6 +15,6 @@ __global__ void hc_collapse_kernel(float *out, int64_t ldo, const float *X, int6
 extern "C" cudaError_t k_hc_collapse(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp,
                                      int64_t rows, int64_t D, int hc, cudaStream_t s) {
     if (rows <= 0 || D <= 0) return cudaSuccess;
-    hc_collapse_kernel<<<dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s>>>(out, ldo, X, ldx, pre, ldp, D, hc);
-    return DI_LAUNCHED();
+    return k_launch(hc_collapse_kernel, dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s, out, ldo, X, ldx, pre,
+                    ldp, D, hc);
 }

@@ -6,6 +6,7 @@
 
 __global__ void hc_expand_kernel(float *X, int64_t ldx, const float *y, int64_t ldy, const float *coef, int64_t ldc,
                                  int64_t D, int hc) {
+    pdl_begin();
     int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (d >= D) return;
     float *x = X + r * ldx;
@@ -24,6 +25,6 @@ extern "C" cudaError_t k_hc_expand(float *X, int64_t ldx, const float *y, int64_
                                    int64_t rows, int64_t D, int hc, cudaStream_t s) {
     if (rows <= 0 || D <= 0) return cudaSuccess;
     if (hc > HC_MAX) return cudaErrorInvalidValue;
-    hc_expand_kernel<<<dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s>>>(X, ldx, y, ldy, coef, ldc, D, hc);
-    return DI_LAUNCHED();
+    return k_launch(hc_expand_kernel, dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s, X, ldx, y, ldy, coef, ldc,
+                    D, hc);
 }

@@ -2,6 +2,7 @@
 #include "common.cuh"
 
 __global__ void hc_fill_kernel(float *X, int64_t ldx, const float *e, int64_t lde, int64_t D, int hc) {
+    pdl_begin();
     int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (d >= D) return;
     float v = e[r * lde + d];
@@ -11,6 +12,5 @@ __global__ void hc_fill_kernel(float *X, int64_t ldx, const float *e, int64_t ld
 extern "C" cudaError_t k_hc_fill(float *X, int64_t ldx, const float *e, int64_t lde, int64_t rows, int64_t D, int hc,
                                  cudaStream_t s) {
     if (rows <= 0 || D <= 0) return cudaSuccess;
-    hc_fill_kernel<<<dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s>>>(X, ldx, e, lde, D, hc);
-    return DI_LAUNCHED();
+    return k_launch(hc_fill_kernel, dim3((unsigned)ceil_div(D, 256), (unsigned)rows), 256, 0, s, X, ldx, e, lde, D, hc);
 }

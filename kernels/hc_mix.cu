@@ -44,6 +44,7 @@ template <int HC> __device__ __forceinline__ void sinkhorn(float *C, int hc_rt, 
 __global__ void __launch_bounds__(HC_THREADS) hc_mix_kernel(float *coef, int64_t ldc, const float *mixes, int64_t ldm,
                                                             const float *X, int64_t ldx, int64_t xcols, const float *base,
                                                             const float *sc, int hc, float eps, float hc_eps, int iters) {
+    pdl_begin();
     __shared__ float red[33];
     __shared__ float m[(2 + HC_MAX) * HC_MAX], C[HC_MAX * HC_MAX];
     int nm = (2 + hc) * hc, t = threadIdx.x, hh = hc * hc;
@@ -91,7 +92,6 @@ extern "C" cudaError_t k_hc_mix(float *coef, int64_t ldc, const float *mixes, in
                                 float hc_eps, int iters, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     if (hc > HC_MAX) return cudaErrorInvalidValue;
-    hc_mix_kernel<<<(unsigned)rows, HC_THREADS, 0, s>>>(coef, ldc, mixes, ldm, X, ldx, xcols, base, scale, hc, eps, hc_eps,
-                                                       iters);
-    return DI_LAUNCHED();
+    return k_launch(hc_mix_kernel, (unsigned)rows, HC_THREADS, 0, s, coef, ldc, mixes, ldm, X, ldx, xcols, base, scale, hc,
+                    eps, hc_eps, iters);
 }

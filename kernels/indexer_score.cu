@@ -15,6 +15,7 @@ static size_t ix_smem(int heads, int di, int vec) {
 }
 
 __global__ void __launch_bounds__(IX_KT) indexer_score_kernel(ix_args_t a) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const float **rows = (const float **)smem;
     int heads = a.heads, di = a.di, lk = a.vec ? di + 4 : di + 1;
@@ -70,12 +71,12 @@ extern "C" cudaError_t k_indexer_score(const ix_args_t *a, cudaStream_t s) {
         raised = smem;
     }
     dim3 grid((unsigned)ceil_div(a->nk_max, IX_KT), (unsigned)a->m);
-    indexer_score_kernel<<<grid, IX_KT, smem, s>>>(*a);
-    return DI_LAUNCHED();
+    return k_launch(indexer_score_kernel, grid, IX_KT, smem, s, *a);
 }
 
 // Level 1 of the two-level top-k: the max score of each candidate block, the newest pinned.
 __global__ void block_scores_kernel(float *bs, int64_t nb_max, ix_args_t a, int block_size) {
+    pdl_begin();
     int64_t r = blockIdx.y, b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (b >= nb_max) return;
     const ix_row_t rd = ix_row(a, r);
@@ -88,12 +89,13 @@ __global__ void block_scores_kernel(float *bs, int64_t nb_max, ix_args_t a, int 
 
 extern "C" cudaError_t k_block_scores(float *bs, int64_t nb_max, const ix_args_t *a, int block_size, cudaStream_t s) {
     if (a->m <= 0 || nb_max <= 0) return cudaSuccess;
-    block_scores_kernel<<<dim3((unsigned)ceil_div(nb_max, 256), (unsigned)a->m), 256, 0, s>>>(bs, nb_max, *a, block_size);
-    return DI_LAUNCHED();
+    return k_launch(block_scores_kernel, dim3((unsigned)ceil_div(nb_max, 256), (unsigned)a->m), 256, 0, s, bs, nb_max, *a,
+                    block_size);
 }
 
 // Level 2: entries outside the row's candidate blocks (ascending ids, -1 padded) stop competing.
 __global__ void mask_blocks_kernel(ix_args_t a, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size) {
+    pdl_begin();
     int64_t r = blockIdx.y, j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (j >= a.nk_max) return;
     const int32_t *list = blocks + ix_row(a, r).row * ldb;
@@ -111,7 +113,6 @@ __global__ void mask_blocks_kernel(ix_args_t a, const int32_t *blocks, int64_t l
 extern "C" cudaError_t k_mask_blocks(const ix_args_t *a, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
                                      cudaStream_t s) {
     if (a->m <= 0 || a->nk_max <= 0) return cudaSuccess;
-    mask_blocks_kernel<<<dim3((unsigned)ceil_div(a->nk_max, 256), (unsigned)a->m), 256, 0, s>>>(*a, blocks, ldb, nblocks,
-                                                                                               block_size);
-    return DI_LAUNCHED();
+    return k_launch(mask_blocks_kernel, dim3((unsigned)ceil_div(a->nk_max, 256), (unsigned)a->m), 256, 0, s, *a, blocks, ldb,
+                    nblocks, block_size);
 }

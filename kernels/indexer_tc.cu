@@ -25,6 +25,7 @@ extern "C" int k_indexer_tc_ok(int heads, int di) {
 
 template <int NP>
 __global__ void __launch_bounds__(IX_THREADS) ix_tc_kernel(ix_tc_args_t a) {
+    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const int di = a.di, ldk = di + 8, HP = (a.heads + 15) & ~15, RB = 128 / HP;
     __nv_bfloat16 *kb = (__nv_bfloat16 *)smem; /* [buffer][piece][key][ldk] */
@@ -167,8 +168,7 @@ static cudaError_t launch(const ix_tc_args_t *a, int64_t blocks, cudaStream_t s)
         if (e != cudaSuccess) return e;
         raised = smem;
     }
-    ix_tc_kernel<NP><<<(unsigned)blocks, IX_THREADS, smem, s>>>(*a);
-    return DI_LAUNCHED();
+    return k_launch(ix_tc_kernel<NP>, (unsigned)blocks, IX_THREADS, smem, s, *a);
 }
 
 extern "C" int k_indexer_tc_rows_per_block(int heads) { return 128 / ((heads + 15) & ~15); }

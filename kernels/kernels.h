@@ -24,6 +24,11 @@ typedef struct {
     int64_t rows, cols;
 } kw_t;
 
+/* Programmatic dependent launch (launch.cu, common.cuh's k_launch): on (1, the default) every
+ * kernel may start while the one before it in the stream finishes; 0 launches them plainly. Set
+ * before the first launch. */
+void k_set_pdl(int on);
+
 /* ---- matmul (matmul_simt.cu, matmul_tc.cu) -------------------------------------------------------
  * out[p][o] = sum_i x[xrow(p)][i] * W[row0 + o][i] for o < n, over positions p.
  * Dense: positions 0..m-1, xrow(p) = p, weight w.

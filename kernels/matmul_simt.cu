@@ -11,10 +11,16 @@
 #define MM_RW 2          // weight rows per warp
 #define MM_LANE 16       // columns per lane per step
 #define MM_STEP (32 * MM_LANE)
+#define MM_PREFETCH 2048 // bytes of each weight row asked into L2 before the kernel's wait (dense)
 
 extern "C" int k_matmul_fast_ok(const kw_t *w) {
     bool blocks = w->kind == KW_F32 || w->kind == KW_BF16 || w->block_cols == 32;
     return w->cols % 16 == 0 && blocks && (uintptr_t)w->data % 16 == 0;
+}
+
+// Bytes of n consecutive elements of a row (n even for FP4).
+template <int KIND> __device__ __forceinline__ int64_t row_bytes(int64_t n) {
+    return KIND == KW_F32 ? 4 * n : KIND == KW_BF16 ? 2 * n : KIND == KW_FP8 ? n : n / 2;
 }
 
 // The raw bytes of 16 consecutive elements (r, c..c+15) of w; c a multiple of 16.
@@ -130,13 +136,20 @@ __global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm
     extern __shared__ __align__(16) float xs[]; // [MT][KC]
     __shared__ int64_t xoff[MT];                // element offset of each staged position's row
     const int GROUP = MM_WARPS * MM_RW, STEPS = tune_of<KIND, MT>::steps;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int split = a.pos_chunk ? 0 : blockIdx.y;
+    int64_t k_lo = (int64_t)split * a.split_k, k_hi = min(a.k, k_lo + a.split_k);
+    if (!a.wtab) /* dense: the start of the first group's rows into L2 while the kernel before finishes */
+        for (int j = 0; j < MM_RW; j++) {
+            int64_t r = a.row0 + min((int64_t)blockIdx.x * GROUP + warp * MM_RW + j, a.n - 1);
+            prefetch_l2(a.w.data + row_bytes<KIND>(r * a.w.cols + k_lo), min(row_bytes<KIND>(k_hi - k_lo), (int64_t)MM_PREFETCH),
+                        lane, 32);
+        }
+    pdl_begin();
     int64_t pb, pe;
     kw_t w;
     if (!block_group(a, blockIdx.z, &pb, &pe, &w)) return;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int split = a.pos_chunk ? 0 : blockIdx.y;
     if (a.pos_chunk) pb = (int64_t)blockIdx.y * a.pos_chunk, pe = min(pe, pb + a.pos_chunk);
-    int64_t k_lo = (int64_t)split * a.split_k, k_hi = min(a.k, k_lo + a.split_k);
     const bool quant = KIND == KW_FP8 || KIND == KW_FP4;
     for (int64_t p0 = pb; p0 < pe; p0 += MT) {
         int np = (int)min((int64_t)MT, pe - p0);
@@ -224,6 +237,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm
 
 // One thread per output: any shape and block layout.
 __global__ void mm_plain_kernel(mm_args_t a) {
+    pdl_begin();
     int64_t pb, pe;
     kw_t w;
     if (!block_group(a, blockIdx.z, &pb, &pe, &w)) return;
@@ -281,8 +295,7 @@ static cudaError_t launch(const mm_args_t *a, int64_t ngroups, unsigned ys, unsi
     /* experts: the grid counts every possible group, fewer have positions; at least four blocks each */
     int64_t nx = a->splits > 1 ? ngroups : blocks_x((int64_t)occ * a->sms, (int64_t)ys * zs, ngroups);
     if (a->wtab) nx = max(nx, min((int64_t)4, ngroups));
-    mm_simt_kernel<KIND, MT><<<dim3((unsigned)nx, ys, zs), MM_WARPS * 32, smem, s>>>(*a, kc);
-    return DI_LAUNCHED();
+    return k_launch(mm_simt_kernel<KIND, MT>, dim3((unsigned)nx, ys, zs), MM_WARPS * 32, smem, s, *a, kc);
 }
 
 template <int KIND>
@@ -299,8 +312,7 @@ extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
     if (!k_matmul_fast_ok(&a->w)) {
         if (a->splits > 1 || a->x_group_n) return cudaErrorInvalidValue;
         dim3 grid((unsigned)ceil_div(a->n, 128), a->wtab ? 16 : (unsigned)min(a->m, (int64_t)65535), groups);
-        mm_plain_kernel<<<grid, 128, 0, s>>>(*a);
-        return DI_LAUNCHED();
+        return k_launch(mm_plain_kernel, grid, 128, 0, s, *a);
     }
     if (a->x_group_n % (MM_WARPS * MM_RW)) return cudaErrorInvalidValue; /* an output group within one x block */
     unsigned ys = a->pos_chunk ? (unsigned)ceil_div(a->m, a->pos_chunk) : (unsigned)a->splits;

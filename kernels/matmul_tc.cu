@@ -57,6 +57,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
 // One thread: 8 consecutive outputs (16 bytes of each piece) of one row's 64-block.
 template <int TERMS>
 __global__ void tc_split_kernel(const float *x, int64_t ldx, int64_t rows, int64_t k, int groups, int64_t kbn, uint4 *xs) {
+    pdl_begin();
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = id >> 3;
     int c = (int)(id & 7);
     int64_t kb = blk % kbn, rg = blk / kbn, row = rg / groups;
@@ -209,6 +210,7 @@ template <int TERMS> __host__ __device__ constexpr int tc_positions() { return t
 
 template <int KIND, int TERMS, int SW>
 __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
+    pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool SEP = tc_sep<TERMS>();
     constexpr int PT = tc_positions<TERMS>(), BR = PT / 32; // positions a block, activation rows a thread
@@ -386,9 +388,8 @@ extern "C" size_t k_matmul_tc_x_bytes(const mm_args_t *a) {
 template <int TERMS> static cudaError_t split(const mm_args_t *a, cudaStream_t s) {
     int64_t rows = split_rows(a), groups = split_groups(a), kbn = ceil_div(a->k, TC_BK), threads = rows * groups * kbn * 8;
     if (threads == 0) return cudaSuccess;
-    tc_split_kernel<TERMS><<<(unsigned)ceil_div(threads, 256), 256, 0, s>>>(a->x, a->ldx, rows, a->k, (int)groups, kbn,
-                                                                            (uint4 *)a->tc_x);
-    return DI_LAUNCHED();
+    return k_launch(tc_split_kernel<TERMS>, (unsigned)ceil_div(threads, 256), 256, 0, s, a->x, a->ldx, rows, a->k,
+                    (int)groups, kbn, (uint4 *)a->tc_x);
 }
 
 template <int KIND, int TERMS, int SW> static cudaError_t launch(const mm_args_t *a, cudaStream_t s) {
@@ -401,8 +402,7 @@ template <int KIND, int TERMS, int SW> static cudaError_t launch(const mm_args_t
     }
     unsigned ytiles = a->wtab ? (unsigned)a->max_tiles * (TC_BP / PT) : (unsigned)ceil_div(a->m, PT);
     dim3 grid((unsigned)ceil_div(a->n, TC_BW), ytiles, (unsigned)a->splits);
-    mm_tc_kernel<KIND, TERMS, SW><<<grid, 256, smem, s>>>(*a);
-    return DI_LAUNCHED();
+    return k_launch(mm_tc_kernel<KIND, TERMS, SW>, grid, 256, smem, s, *a);
 }
 
 // Dense tiles in sub-tiles of 128 positions; grouped ones (about 128 positions per expert) in

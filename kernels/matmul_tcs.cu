@@ -260,6 +260,7 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
     int grp = 0, split = blockIdx.y;
     int64_t pb = 0, pe = a.m;
     if (a.wtab) {
+        pdl_wait(); /* the expert lists come from the kernel before */
         if ((int)blockIdx.z >= a.counts[0]) return;
         grp = a.active[blockIdx.z];
         pb = a.offsets[grp], pe = a.offsets[grp + 1];
@@ -284,6 +285,7 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         int np = (int)min((int64_t)npass, pe - p0), nq = (np * TERMS + 7) >> 3;
         st.template fetch<0>(a, klo + st.kh * W::F::step); /* the ring: the warp's first two steps */
         st.template fetch<1>(a, klo + (2 + st.kh) * W::F::step);
+        pdl_begin(); /* dense: the ring's first fetches (weights only) went before it; later passes: no-ops */
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
             int64_t p = p0 + threadIdx.x; /* x row: gathered (up projections) or the position itself (down) */
@@ -362,8 +364,7 @@ static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
         raised = true;
     }
     dim3 grid((unsigned)ceil_div(a->n, TS_ROWS), (unsigned)a->splits, a->wtab ? (unsigned)a->max_active : 1);
-    mm_tcs_kernel<KIND, TERMS, PAIR><<<grid, TS_WARPS * 32, stage > red ? stage : red, s>>>(*a, npass, kcw);
-    return DI_LAUNCHED();
+    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR>, grid, TS_WARPS * 32, stage > red ? stage : red, s, *a, npass, kcw);
 }
 
 template <int KIND, bool PAIR>

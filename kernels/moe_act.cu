@@ -3,6 +3,7 @@
 
 __global__ void moe_act_kernel(float *h, const float *g, const float *u, const float *wpos, int64_t P, int64_t I,
                                float limit) {
+    pdl_begin();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= P * I) return;
     float a = moe_act_dev(g[i], u[i], limit);
@@ -12,6 +13,5 @@ __global__ void moe_act_kernel(float *h, const float *g, const float *u, const f
 extern "C" cudaError_t k_moe_act(float *h, const float *g, const float *u, const float *wpos, int64_t P, int64_t I,
                                  float limit, cudaStream_t s) {
     if (P * I <= 0) return cudaSuccess;
-    moe_act_kernel<<<(unsigned)ceil_div(P * I, 256), 256, 0, s>>>(h, g, u, wpos, P, I, limit);
-    return DI_LAUNCHED();
+    return k_launch(moe_act_kernel, (unsigned)ceil_div(P * I, 256), 256, 0, s, h, g, u, wpos, P, I, limit);
 }

@@ -4,6 +4,7 @@
 
 __global__ void moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx,
                                    int64_t ldi, const float *shared, int k, int64_t D) {
+    pdl_begin();
     int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (d >= D) return;
     const int32_t *ix = idx + r * ldi, *po = pos_of + r * k;
@@ -27,7 +28,6 @@ __global__ void moe_combine_kernel(float *out, int64_t ldo, const float *y, cons
 extern "C" cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx,
                                      int64_t ldi, const float *shared, int64_t m, int k, int64_t D, cudaStream_t s) {
     if (m <= 0 || D <= 0) return cudaSuccess;
-    moe_combine_kernel<<<dim3((unsigned)ceil_div(D, 256), (unsigned)m), 256, 0, s>>>(out, ldo, y, pos_of, idx, ldi, shared,
-                                                                                    k, D);
-    return DI_LAUNCHED();
+    return k_launch(moe_combine_kernel, dim3((unsigned)ceil_div(D, 256), (unsigned)m), 256, 0, s, out, ldo, y, pos_of, idx,
+                    ldi, shared, k, D);
 }

@@ -14,6 +14,7 @@ __global__ void __launch_bounds__(MD_THREADS) moe_dispatch_kernel(const int32_t 
                                                                   int64_t ldw, int64_t m, int k, int E, int32_t *offsets,
                                                                   int32_t *pos_of, int32_t *x_rows, float *wpos,
                                                                   int32_t *active, int32_t *tiles, int32_t *counts) {
+    pdl_begin();
     typedef cub::BlockScan<int, MD_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     __shared__ int cnt[MD_THREADS * MD_IPT], cur[MD_THREADS * MD_IPT];
@@ -70,7 +71,6 @@ extern "C" cudaError_t k_moe_dispatch(const int32_t *idx, int64_t ldi, const flo
                                       int32_t *offsets, int32_t *pos_of, int32_t *x_rows, float *wpos, int32_t *active,
                                       int32_t *tiles, int32_t *counts, cudaStream_t s) {
     if (E > MD_THREADS * MD_IPT || E <= 0) return cudaErrorInvalidValue;
-    moe_dispatch_kernel<<<1, MD_THREADS, 0, s>>>(idx, ldi, wt, ldw, m, k, E, offsets, pos_of, x_rows, wpos, active, tiles,
-                                                counts);
-    return DI_LAUNCHED();
+    return k_launch(moe_dispatch_kernel, 1, MD_THREADS, 0, s, idx, ldi, wt, ldw, m, k, E, offsets, pos_of, x_rows, wpos,
+                    active, tiles, counts);
 }

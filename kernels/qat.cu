@@ -21,6 +21,7 @@ __device__ float qat_scale_dev(int kind, float amax) {
 // One thread per element; the `block` threads of a block (aligned within a warp) share its
 // absolute maximum by shuffles.
 __global__ void qat_kernel(float *x, int64_t ldx, int64_t rows, int64_t nblocks, int kind, int block) {
+    pdl_begin();
     int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, b = t / block, n = rows * nblocks;
     int l = (int)(t % block);
     float *v = b < n ? x + (b / nblocks) * ldx + (b % nblocks) * block + l : NULL;
@@ -37,6 +38,5 @@ extern "C" cudaError_t k_qat(float *x, int64_t ldx, int64_t rows, int64_t cols, 
     int64_t nb = cols / block, n = rows * nb * block; // a partial trailing block is left alone, as qat_apply does
     if (block <= 0 || block > 32 || 32 % block) return cudaErrorInvalidValue;
     if (n <= 0) return cudaSuccess;
-    qat_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, s>>>(x, ldx, rows, nb, kind, block);
-    return DI_LAUNCHED();
+    return k_launch(qat_kernel, (unsigned)ceil_div(n, 256), 256, 0, s, x, ldx, rows, nb, kind, block);
 }

@@ -12,6 +12,7 @@ __device__ __forceinline__ float hash_unit(uint64_t seed, uint64_t i) { // [0, 1
 }
 
 __global__ void fill_uniform_kernel(float *x, int64_t ld, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed) {
+    pdl_begin();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= rows * cols) return;
     x[(i / cols) * ld + i % cols] = lo + (hi - lo) * hash_unit(seed, (uint64_t)i);
@@ -20,13 +21,13 @@ __global__ void fill_uniform_kernel(float *x, int64_t ld, int64_t rows, int64_t 
 extern "C" cudaError_t k_fill_uniform(float *x, int64_t ld, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed,
                                       cudaStream_t s) {
     if (rows * cols <= 0) return cudaSuccess;
-    fill_uniform_kernel<<<(unsigned)ceil_div(rows * cols, 256), 256, 0, s>>>(x, ld, rows, cols, lo, hi, seed);
-    return DI_LAUNCHED();
+    return k_launch(fill_uniform_kernel, (unsigned)ceil_div(rows * cols, 256), 256, 0, s, x, ld, rows, cols, lo, hi, seed);
 }
 
 // One thread per stored byte (FP4: two elements) or element; every block gets the scale
 // 2^ceil(log2(amp / max code)), so codes stay in range.
 __global__ void random_weight_kernel(uint8_t *data, int kind, int64_t n_units, float amp, float inv_scale, uint64_t seed) {
+    pdl_begin();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n_units) return;
     float v = (2.0f * hash_unit(seed, (uint64_t)i) - 1.0f) * amp;
@@ -53,6 +54,5 @@ extern "C" cudaError_t k_random_weight(uint8_t *data, uint8_t *scale, int kind, 
         if (err != cudaSuccess) return err;
     }
     if (units <= 0) return cudaSuccess;
-    random_weight_kernel<<<(unsigned)ceil_div(units, 256), 256, 0, s>>>(data, kind, units, amp, inv_scale, seed);
-    return DI_LAUNCHED();
+    return k_launch(random_weight_kernel, (unsigned)ceil_div(units, 256), 256, 0, s, data, kind, units, amp, inv_scale, seed);
 }

@@ -7,6 +7,7 @@
 
 __global__ void rmsnorm_kernel(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int64_t cols,
                                float eps) {
+    pdl_begin();
     __shared__ float red[33];
     const float *xr = x + blockIdx.x * ldx;
     float *o = out + blockIdx.x * ldo;
@@ -18,6 +19,7 @@ __global__ void rmsnorm_kernel(float *out, int64_t ldo, const float *x, int64_t 
 }
 
 __global__ void rmsnorm_vec_kernel(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int cols, float eps) {
+    pdl_begin();
     __shared__ float red[33];
     const float4 *xr = (const float4 *)(x + blockIdx.x * ldx);
     float4 *o = (float4 *)(out + blockIdx.x * ldo), v[RN_VEC];
@@ -50,10 +52,8 @@ extern "C" cudaError_t k_rmsnorm(float *out, int64_t ldo, const float *x, int64_
                (!w || (uintptr_t)w % 16 == 0) && ldx % 4 == 0 && ldo % 4 == 0;
     if (vec) {
         int threads = cols >= 4 * RN_VEC * 256 ? 512 : cols >= 4 * RN_VEC * 128 ? 256 : 128;
-        rmsnorm_vec_kernel<<<(unsigned)rows, threads, 0, s>>>(out, ldo, x, ldx, w, (int)cols, eps);
-        return DI_LAUNCHED();
+        return k_launch(rmsnorm_vec_kernel, (unsigned)rows, threads, 0, s, out, ldo, x, ldx, w, (int)cols, eps);
     }
     int threads = cols >= 1024 ? 512 : cols >= 256 ? 256 : 128;
-    rmsnorm_kernel<<<(unsigned)rows, threads, 0, s>>>(out, ldo, x, ldx, w, cols, eps);
-    return DI_LAUNCHED();
+    return k_launch(rmsnorm_kernel, (unsigned)rows, threads, 0, s, out, ldo, x, ldx, w, cols, eps);
 }

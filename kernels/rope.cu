@@ -5,6 +5,7 @@
 
 __global__ void rope_kernel(float *x, int64_t ldx, int64_t heads, int head_dim, const float *f, int half, int64_t pos0,
                             int64_t step, const int64_t *row_pos, int inverse) {
+    pdl_begin();
     int64_t r = blockIdx.y, P = pos0 + r * step;
     if (row_pos) r = row_pos[2 * blockIdx.y], P = row_pos[2 * blockIdx.y + 1];
     int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -26,9 +27,8 @@ extern "C" cudaError_t k_rope(float *x, int64_t ldx, int64_t rows, int64_t cols,
     if (n <= 0) return cudaSuccess;
     for (int64_t r0 = 0; r0 < rows; r0 += 65535) { /* grid.y is at most 65535 */
         dim3 grid((unsigned)ceil_div(n, 128), (unsigned)(rows - r0 < 65535 ? rows - r0 : 65535));
-        rope_kernel<<<grid, 128, 0, s>>>(row_pos ? x : x + r0 * ldx, ldx, heads, head_dim, inv_freq, half, pos0 + r0 * pos_step,
-                                         pos_step, row_pos ? row_pos + 2 * r0 : NULL, inverse);
-        cudaError_t e = DI_LAUNCHED();
+        cudaError_t e = k_launch(rope_kernel, grid, 128, 0, s, row_pos ? x : x + r0 * ldx, ldx, heads, head_dim, inv_freq,
+                                 half, pos0 + r0 * pos_step, pos_step, row_pos ? row_pos + 2 * r0 : NULL, inverse);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;

@@ -10,6 +10,7 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
 
 __global__ void router_kernel(int32_t *idx, int64_t ldi, float *wt, int64_t ldw, const float *logits, int64_t ldl,
                               const float *bias, int E, int k, float temp, int normalize, float scale) {
+    pdl_begin();
     extern __shared__ float sm[]; // s[E], v[E]
     __shared__ float wv[RT_THREADS / 32];
     __shared__ int wi[RT_THREADS / 32];
@@ -61,7 +62,6 @@ extern "C" cudaError_t k_router(int32_t *idx, int64_t ldi, float *wt, int64_t ld
                                 const float *bias, int64_t rows, int E, int k, float temp, int normalize, float scale,
                                 cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    router_kernel<<<(unsigned)rows, RT_THREADS, (size_t)2 * E * sizeof(float), s>>>(idx, ldi, wt, ldw, logits, ldl, bias, E,
-                                                                                   k, temp, normalize, scale);
-    return DI_LAUNCHED();
+    return k_launch(router_kernel, (unsigned)rows, RT_THREADS, (size_t)2 * E * sizeof(float), s, idx, ldi, wt, ldw, logits,
+                    ldl, bias, E, k, temp, normalize, scale);
 }

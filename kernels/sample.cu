@@ -46,6 +46,7 @@ __device__ __forceinline__ double pk_z(float l, double temperature) {
 
 __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, int64_t ld, int64_t V, const pick_row_t *rows,
                                                           const uint32_t *masks, int32_t *out) {
+    pdl_begin();
     typedef cub::BlockReduce<pk_best, PK_THREADS> best_reduce_t;
     typedef cub::BlockReduce<double, PK_THREADS> max_reduce_t;
     typedef cub::BlockReduce<int64_t, PK_THREADS> id_reduce_t;
@@ -134,6 +135,5 @@ __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, i
 extern "C" cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,
                               const uint32_t *masks, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
-    pick_kernel<<<n, PK_THREADS, 0, s>>>(logits, ld, V, rows, masks, out);
-    return cudaGetLastError();
+    return k_launch(pick_kernel, n, PK_THREADS, 0, s, logits, ld, V, rows, masks, out);
 }

@@ -15,6 +15,7 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 
 __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t ldo, int K, const float *sc, int64_t lds,
                                                           ix_args_t a, int block) {
+    pdl_begin();
     typedef cub::BlockScan<int, TK_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     __shared__ int hist[256];
@@ -82,6 +83,5 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
 extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, const ix_args_t *a, int block,
                               cudaStream_t s) {
     if (a->m <= 0 || k <= 0) return cudaSuccess;
-    topk_kernel<<<(unsigned)a->m, TK_THREADS, 0, s>>>(out, ldo, k, sc, lds, *a, block);
-    return DI_LAUNCHED();
+    return k_launch(topk_kernel, (unsigned)a->m, TK_THREADS, 0, s, out, ldo, k, sc, lds, *a, block);
 }

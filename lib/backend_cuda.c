@@ -506,6 +506,14 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
                  device, p.name, p.major, p.minor);
         return NULL;
     }
+    /* Programmatic dependent launch (kernels/common.cuh): on by default; DI_CUDA_PDL=0 launches
+     * every kernel plainly, the switch for measuring what the overlap saves. */
+    const char *pdl = getenv("DI_CUDA_PDL");
+    if (pdl && *pdl && strcmp(pdl, "0") && strcmp(pdl, "1")) {
+        snprintf(err, errlen, "DI_CUDA_PDL must be 0 or 1, not '%s'", pdl);
+        return NULL;
+    }
+    k_set_pdl(!pdl || strcmp(pdl, "0"));
     CU(cudaSetDevice(device));
     cuda_t *c = xcalloc(1, sizeof *c);
     c->device = device;
