@@ -4,6 +4,7 @@
  *
  *   cuda_bench --random-weights [--layers N] [--batches 1,8,64,256] [--contexts 4000,32000]
  *              [--steps N] [--prefill 8192x1,2048x8] [--gemm N] [--no-decode] [--no-prefill]
+ *              [--no-sample]
  *
  * --random-weights (benchmark only, never the default of any tool): every weight is synthesized
  * on the device in its released storage format (FP8 32x32 dense, FP4 1x32 experts, BF16, F32),
@@ -15,10 +16,13 @@
  * Engram tables are smaller than released (engram_vocab_size 160000: about 3.8M rows instead
  * of 384M, in page-locked host memory like the real ones); a token reads 24 random rows per
  * Engram layer either way. Decode contexts are synthesized states (random pools, keys and
- * windows of the stated length), not prefilled. */
+ * windows of the stated length), not prefilled. Sampling: the pick op at each batch size on
+ * random logits of the released vocabulary, per kind of request, against the host sampler on
+ * the same rows (one core of the GPU machine). */
 #include "backend_cuda.h"
 #include "forward.h"
 #include "rope.h"
+#include "sampler.h"
 #include "util.h"
 
 #include <math.h>
@@ -336,6 +340,56 @@ static void prefill_point(bench_t *b, const model_t *m, int64_t len, int n, bool
     free(ids), free(logits);
 }
 
+/* ---- sampling ----------------------------------------------------------------------------------- */
+/* The pick op for B rows of one kind (the best of 5 after a warm-up; the tokens come back to the
+ * host inside the time), and the host sampler on the same rows. Logits uniform in [0, 16): a
+ * flat distribution, the worst case for top-p (it keeps most of the vocabulary). */
+static void sample_point(backend_t *bk, int B, const char *kind, sampler_params_t sp) {
+    int64_t Vc = 129280;
+    bk_tensor_t l = V(bk, (int64_t)B * Vc, 0.0f, 16.0f);
+    l.rows = B, l.cols = Vc, l.ld = Vc;
+    bk_pick_t *rows = xcalloc((size_t)B, sizeof *rows);
+    uint32_t *tok = xcalloc((size_t)B, sizeof *tok);
+    frame_logprob_t *lp = xcalloc((size_t)B, sizeof *lp);
+    for (int i = 0; i < B; i++) rows[i] = (bk_pick_t){&sp, 1000 + i, NULL, &tok[i], &lp[i]};
+    sampler_t *scratch = sampler_new(Vc);
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = now_ms();
+        bk->pick(bk, l, rows, B, scratch);
+        if (r > 0 && now_ms() - t0 < best) best = now_ms() - t0;
+    }
+    float *host = xmalloc((size_t)Vc * sizeof *host);
+    double h0 = now_ms();
+    for (int i = 0; i < B; i++) {
+        bk->download(bk, host, bk_rows(l, i, 1));
+        sampler_pick(scratch, &sp, host, 1000 + i, NULL, &lp[i]);
+    }
+    double th = now_ms() - h0;
+    printf("| %d | %s | %.3f | %.1f | %.3f | %.1fx |\n", B, kind, best, 1e3 * best / B, th, th / best);
+    free(host), free(rows), free(tok), free(lp);
+    sampler_free(scratch);
+    bk->release(bk, &l);
+}
+
+static void sample_points(backend_t *bk, const int64_t *batches, int nb) {
+    printf("\nsampling (the pick op on the device, 129,280 logits a row, tokens back on the host; host = download + "
+           "sampler.c on one core, the same rows):\n");
+    printf("| batch | kind | device ms | us per row | host ms | host / device |\n|---|---|---|---|---|---|\n");
+    static const struct {
+        const char *name;
+        sampler_params_t sp;
+    } kinds[] = {
+        {"greedy", {.temperature = 0, .top_p = 1}},
+        {"temperature 1", {.temperature = 1, .top_p = 1, .seed = 7}},
+        {"top-k 50, temperature 0.7", {.temperature = 0.7, .top_k = 50, .top_p = 1, .seed = 7}},
+        {"top-p 0.95, temperature 0.7", {.temperature = 0.7, .top_p = 0.95, .seed = 7}},
+        {"greedy + 5 top log-probabilities", {.temperature = 0, .top_p = 1, .logprobs = true, .top_logprobs = 5}},
+    };
+    for (int i = 0; i < nb; i++)
+        for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) sample_point(bk, (int)batches[i], kinds[k].name, kinds[k].sp);
+}
+
 static void parse_list(const char *s, int64_t *v, int *n, int max) {
     *n = 0;
     char *copy = xstrdup(s), *save = NULL;
@@ -347,13 +401,14 @@ static void parse_list(const char *s, int64_t *v, int *n, int max) {
 int main(int argc, char **argv) {
     int64_t layers = 8, steps = 3, gemm = 8192, batches[8] = {1, 8, 64, 256}, contexts[8] = {4000, 32000};
     int nb = 4, nc = 2;
-    bool random_weights = false, decode = true, prefill = true;
+    bool random_weights = false, decode = true, prefill = true, sample = true;
     const char *prefills = "8192x1,2048x8";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--random-weights")) random_weights = true;
         else if (!strcmp(a, "--no-decode")) decode = false;
         else if (!strcmp(a, "--no-prefill")) prefill = false;
+        else if (!strcmp(a, "--no-sample")) sample = false;
         else if (!strcmp(a, "--layers") && v && parse_i64(v, 4, 40, &layers)) i++;
         else if (!strcmp(a, "--steps") && v && parse_i64(v, 1, 1000, &steps)) i++;
         else if (!strcmp(a, "--gemm") && v && parse_i64(v, 256, 32768, &gemm)) i++;
@@ -425,6 +480,7 @@ int main(int argc, char **argv) {
         prefill_point(&b, &m, 8192, 1, true, "bf16x3");
     }
     model_close(&m);
+    if (sample) sample_points(bk, batches, nb);
     bk->destroy(bk);
     return 0;
 }

@@ -292,14 +292,43 @@ cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t
 /* ---- next-token choice (sample.cu) ------------------------------------------------------------
  * Row i of the launch picks from logits row rows[i].row: greedy, or temperature sampling with
  * min-p (min_p <= 0: off) at the uniform number u, among the tokens of the mask at word
- * mask_off of masks (-1: every token); out[i] = the token, -1 when the mask allows none. */
+ * mask_off of masks (-1: every token); out[slot] = the token, -1 when the mask allows none. */
 typedef struct {
     double temperature, min_p, u;
     int64_t row, mask_off;
-    int greedy;
+    int greedy, slot; /* the row's entry of out */
 } pick_row_t;
 cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,
                    const uint32_t *masks, cudaStream_t s);
+
+/* ---- ranked next-token choice and log-probabilities (sample_rank.cu) -----------------------------
+ * Row i (rows[i].row of logits) with top-k (0: off) and/or top-p (1: off), then min-p, at the uniform
+ * number u among the `allowed` tokens of its mask (mask_off as above) -> out[rows[i].slot]: the token,
+ * -1 when none is allowed, -2 when the row must take the host sampler (its largest z is not finite).
+ * keys and sorted hold n * V entries; sort_tmp NULL asks for its size in *sort_tmp_bytes. */
+typedef struct {
+    double temperature, top_p, min_p, u;
+    int64_t row, mask_off, top_k, allowed;
+    int slot;
+} rank_row_t;
+cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
+                          const uint32_t *masks, uint64_t *keys, uint64_t *sorted, void *sort_tmp, size_t *sort_tmp_bytes,
+                          cudaStream_t s);
+/* Row i: log-softmax of logits row rows[i].row at the token chosen[rows[i].slot] (skipped when
+ * negative) and the n_top most likely tokens (sampler.h's log-probabilities) -> out[i]. */
+#define K_MAX_TOP 32 /* = FRAME_MAX_TOP */
+typedef struct {
+    int64_t row;
+    int slot, n_top;
+} logprob_row_t;
+typedef struct { /* frame_logprob_t's layout */
+    float logprob;
+    uint32_t n_top;
+    uint32_t top_ids[K_MAX_TOP];
+    float top_logprobs[K_MAX_TOP];
+} logprob_out_t;
+cudaError_t k_logprobs(logprob_out_t *out, const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows, int n,
+                       const int32_t *chosen, cudaStream_t s);
 
 /* ---- bench-only synthesis (random_fill.cu) ---------------------------------------------------- */
 cudaError_t k_fill_uniform(float *x, int64_t ld, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed,

@@ -7,42 +7,12 @@
 // mass before each run, and the run holding the crossing walks its ids as the host does. Only the
 // grouping of the sum differs from the host's one sequential sum (and the last bit of exp), so a
 // choice can differ only when u * total lies within about 1e-16 of a boundary.
-#include "common.cuh"
+#include "sample.cuh"
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #define PK_THREADS 1024
-
-__device__ __forceinline__ bool pk_allowed(const uint32_t *mask, int64_t v) { return !mask || (mask[v >> 5] >> (v & 31) & 1); }
-
-// sampler.c's before(): a ranks ahead of b.
-__device__ __forceinline__ bool pk_before(float a, int64_t ia, float b, int64_t ib) {
-    if (isnan(b)) return !isnan(a) || ia < ib;
-    if (isnan(a)) return false;
-    return a > b || (a == b && ia < ib);
-}
-
-struct pk_best {
-    float v;
-    int64_t id; // -1: none
-};
-
-struct pk_best_op {
-    __device__ __forceinline__ pk_best operator()(const pk_best &a, const pk_best &b) const {
-        if (a.id < 0) return b;
-        if (b.id < 0) return a;
-        return pk_before(a.v, a.id, b.v, b.id) ? a : b;
-    }
-};
-
-struct pk_max {
-    template <typename T> __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a > b ? a : b; }
-};
-
-__device__ __forceinline__ double pk_z(float l, double temperature) {
-    return isnan(l) ? -INFINITY : (double)l / temperature;
-}
 
 __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, int64_t ld, int64_t V, const pick_row_t *rows,
                                                           const uint32_t *masks, int32_t *out) {
@@ -70,7 +40,7 @@ __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, i
         for (int64_t v = tid; v < V; v += PK_THREADS)
             if (pk_allowed(mask, v)) b = pk_best_op()(b, pk_best{l[v], v});
         b = best_reduce_t(tmp.best).Reduce(b, pk_best_op());
-        if (tid == 0) out[blockIdx.x] = b.id < 0 ? -1 : (int32_t)b.id;
+        if (tid == 0) out[pr.slot] = b.id < 0 ? -1 : (int32_t)b.id;
         return;
     }
 
@@ -87,7 +57,7 @@ __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, i
     __syncthreads();
     mx = sh_mx;
     if (sh_last < 0 || mx == -INFINITY) { // nothing allowed, or no finite z: the host's NaN walk ends on the last
-        if (tid == 0) out[blockIdx.x] = sh_last < 0 ? -1 : (int32_t)sh_last;
+        if (tid == 0) out[pr.slot] = sh_last < 0 ? -1 : (int32_t)sh_last;
         return;
     }
 
@@ -115,7 +85,7 @@ __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, i
                 if (pr.min_p <= 0 || p >= pr.min_p) kept = v;
             }
         kept = id_reduce_t(tmp.id).Reduce(kept, pk_max());
-        if (tid == 0) out[blockIdx.x] = (int32_t)kept;
+        if (tid == 0) out[pr.slot] = (int32_t)kept;
         return;
     }
     if (tid != sh_run) return;
@@ -129,7 +99,7 @@ __global__ void __launch_bounds__(PK_THREADS) pick_kernel(const float *logits, i
             cum += p;
             if (cum > target) break;
         }
-    out[blockIdx.x] = (int32_t)pick;
+    out[pr.slot] = (int32_t)pick;
 }
 
 extern "C" cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,

@@ -1,59 +1,117 @@
-/* The pick op on the CUDA backend: greedy rows and temperature rows without top-k, top-p or
- * log-probabilities choose on the device (kernels/sample.cu), so only their token ids cross to
- * the host; the other rows download their logits and take the host sampler (the reference). */
+/* The pick op on the CUDA backend: every row chooses on the device, so only token ids (and the
+ * log-probabilities asked for) cross to the host. Greedy rows and temperature rows that walk in id
+ * order (no top-k below their allowed count, no top-p) take kernels/sample.cu; rows that rank their
+ * tokens (top-k, top-p) take kernels/sample_rank.cu, in launches of at most RANK_ROWS rows (its sort
+ * holds two 8-byte keys per token of each row); log-probabilities follow from the chosen tokens.
+ * A row the device hands back (its largest z is not finite) takes the host sampler (the reference)
+ * on its downloaded logits. */
 #include "backend_cuda_internal.h"
 #include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static bool on_device(const sampler_params_t *sp) {
-    return !sp->logprobs && (sampler_greedy(sp) || (sp->top_k <= 0 && sp->top_p >= 1.0));
+_Static_assert(sizeof(logprob_out_t) == sizeof(frame_logprob_t) && K_MAX_TOP == FRAME_MAX_TOP,
+               "logprob_out_t mirrors frame_logprob_t");
+
+#define RANK_ROWS 16
+
+/* The tokens row r's mask allows (every token without one). */
+static int64_t allowed_count(const uint32_t *mask, int64_t V) {
+    if (!mask) return V;
+    int64_t n = 0, words = V / 32;
+    for (int64_t w = 0; w < words; w++) n += __builtin_popcount(mask[w]);
+    if (V % 32) n += __builtin_popcount(mask[words] & ((1u << (V % 32)) - 1));
+    return n;
+}
+
+/* Whether sp ranks its tokens (the host sampler's `ranked || selected`). */
+static bool ranks(const sampler_params_t *sp, int64_t allowed) {
+    return !sampler_greedy(sp) && ((sp->top_k > 0 && sp->top_k < allowed) || sp->top_p < 1.0);
+}
+
+/* The ranked rows tab[0..n) in launches of RANK_ROWS. */
+static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, const uint32_t *dmasks, int32_t *dout) {
+    int64_t V = logits.cols, most = n < RANK_ROWS ? n : RANK_ROWS;
+    size_t tmp_bytes = 0;
+    CU(k_pick_ranked(NULL, NULL, 0, V, NULL, (int)most, NULL, NULL, NULL, NULL, &tmp_bytes, c->stream));
+    uint64_t *keys = cu_scratch(c, (size_t)(most * V) * sizeof *keys), *sorted = cu_scratch(c, (size_t)(most * V) * sizeof *sorted);
+    void *tmp = cu_scratch(c, tmp_bytes);
+    for (int i = 0; i < n; i += RANK_ROWS) {
+        int k = n - i < RANK_ROWS ? n - i : RANK_ROWS;
+        const rank_row_t *dtab = cu_upload_table(c, tab + i, (size_t)k * sizeof *tab);
+        CU(k_pick_ranked(dout, logits.ptr, logits.ld, V, dtab, k, dmasks, keys, sorted, tmp, &tmp_bytes, c->stream));
+        cu_release_scratch(c, (void *)dtab);
+    }
+    cu_release_scratch(c, keys), cu_release_scratch(c, sorted), cu_release_scratch(c, tmp);
 }
 
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
     cuda_t *c = cu_of(bk);
     if (c->capturing) die("CUDA backend: pick inside a graph capture (the tokens are needed at once)");
+    if (n <= 0) return;
     int64_t V = logits.cols, words = (V + 31) / 32;
-    pick_row_t *tab = xmalloc((size_t)(n + 1) * sizeof *tab);
-    int32_t *got = xmalloc((size_t)(n + 1) * sizeof *got);
-    int nd = 0, n_masks = 0;
-    for (int i = 0; i < n; i++) n_masks += on_device(rows[i].sp) && rows[i].mask;
+    pick_row_t *walk = xmalloc((size_t)n * sizeof *walk);
+    rank_row_t *rank = xmalloc((size_t)n * sizeof *rank);
+    logprob_row_t *lpr = xmalloc((size_t)n * sizeof *lpr);
+    int32_t *got = xmalloc((size_t)n * sizeof *got);
+    logprob_out_t *lps = xmalloc((size_t)n * sizeof *lps);
+    int n_masks = 0, nw = 0, nr = 0, nl = 0;
+    for (int i = 0; i < n; i++) n_masks += rows[i].mask != NULL;
     uint32_t *masks = xmalloc((size_t)(n_masks * words + 1) * sizeof *masks);
     n_masks = 0;
     for (int i = 0; i < n; i++) {
         const sampler_params_t *sp = rows[i].sp;
-        if (!on_device(sp)) continue;
-        int64_t off = -1;
+        int64_t off = -1, allowed = allowed_count(rows[i].mask, V);
         if (rows[i].mask) {
             off = n_masks++ * words;
             memcpy(masks + off, rows[i].mask, (size_t)words * sizeof *masks);
         }
-        tab[nd++] = (pick_row_t){.temperature = sp->temperature, .min_p = sp->min_p,
-                                 .u = sampler_uniform(sp->seed, rows[i].position), .row = i, .mask_off = off,
-                                 .greedy = sampler_greedy(sp)};
+        double u = sampler_uniform(sp->seed, rows[i].position);
+        if (ranks(sp, allowed))
+            rank[nr++] = (rank_row_t){.temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p, .u = u,
+                                      .row = i, .mask_off = off, .top_k = sp->top_k, .allowed = allowed, .slot = i};
+        else
+            walk[nw++] = (pick_row_t){.temperature = sp->temperature, .min_p = sp->min_p, .u = u, .row = i, .mask_off = off,
+                                      .greedy = sampler_greedy(sp), .slot = i};
+        if (sp->logprobs && rows[i].lp) lpr[nl++] = (logprob_row_t){.row = i, .slot = i, .n_top = sp->top_logprobs};
     }
-    if (nd) {
-        cu_prof_begin(c, "pick (device)");
-        const pick_row_t *dtab = cu_upload_table(c, tab, (size_t)nd * sizeof *tab);
-        const uint32_t *dmasks = n_masks ? cu_upload_table(c, masks, (size_t)(n_masks * words) * sizeof *masks) : NULL;
-        int32_t *dout = cu_scratch(c, (size_t)nd * sizeof *dout);
-        CU(k_pick(dout, logits.ptr, logits.ld, V, dtab, nd, dmasks, c->stream));
-        cu_prof_end(c);
-        bk->download(bk, got, (bk_tensor_t){dout, BK_I32, 1, nd, nd});
-        cu_release_scratch(c, (void *)dtab);
-        if (dmasks) cu_release_scratch(c, (void *)dmasks);
-        cu_release_scratch(c, dout);
-        for (int j = 0; j < nd; j++) *rows[tab[j].row].token = got[j] < 0 ? SAMPLER_NONE : (uint32_t)got[j];
+    cu_prof_begin(c, "pick (device)");
+    const uint32_t *dmasks = n_masks ? cu_upload_table(c, masks, (size_t)(n_masks * words) * sizeof *masks) : NULL;
+    int32_t *dout = cu_scratch(c, (size_t)n * sizeof *dout);
+    logprob_out_t *dlp = nl ? cu_scratch(c, (size_t)nl * sizeof *dlp) : NULL;
+    if (nw) {
+        const pick_row_t *dwalk = cu_upload_table(c, walk, (size_t)nw * sizeof *walk);
+        CU(k_pick(dout, logits.ptr, logits.ld, V, dwalk, nw, dmasks, c->stream));
+        cu_release_scratch(c, (void *)dwalk);
     }
-    if (nd < n) { /* the host sampler on the rest */
-        float *row = xmalloc((size_t)V * sizeof *row);
-        for (int i = 0; i < n; i++) {
-            if (on_device(rows[i].sp)) continue;
-            bk->download(bk, row, bk_rows(logits, i, 1));
-            *rows[i].token = sampler_pick(scratch, rows[i].sp, row, rows[i].position, rows[i].mask, rows[i].lp);
-        }
-        free(row);
+    if (nr) pick_ranked(c, logits, rank, nr, dmasks, dout);
+    if (nl) {
+        const logprob_row_t *dlpr = cu_upload_table(c, lpr, (size_t)nl * sizeof *lpr);
+        CU(k_logprobs(dlp, logits.ptr, logits.ld, V, dlpr, nl, dout, c->stream));
+        CU(cudaMemcpyAsync(lps, dlp, (size_t)nl * sizeof *dlp, cudaMemcpyDeviceToHost, c->stream));
+        cu_release_scratch(c, (void *)dlpr);
     }
-    free(tab), free(got), free(masks);
+    CU(cudaMemcpyAsync(got, dout, (size_t)n * sizeof *dout, cudaMemcpyDeviceToHost, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    cu_prof_end(c);
+    if (dmasks) cu_release_scratch(c, (void *)dmasks);
+    cu_release_scratch(c, dout);
+    if (dlp) cu_release_scratch(c, dlp);
+    for (int i = 0; i < n; i++) *rows[i].token = got[i] < 0 ? SAMPLER_NONE : (uint32_t)got[i];
+    for (int j = 0; j < nl; j++) { /* the entries the host sampler writes: the chosen token's and n_top alternatives */
+        frame_logprob_t *lp = rows[lpr[j].slot].lp;
+        if (got[lpr[j].slot] < 0) continue;
+        lp->logprob = lps[j].logprob, lp->n_top = lps[j].n_top;
+        memcpy(lp->top_ids, lps[j].top_ids, lps[j].n_top * sizeof *lp->top_ids);
+        memcpy(lp->top_logprobs, lps[j].top_logprobs, lps[j].n_top * sizeof *lp->top_logprobs);
+    }
+    float *row = NULL;
+    for (int i = 0; i < n; i++) { /* rows handed back: the host sampler on their logits */
+        if (got[i] != -2) continue;
+        if (!row) row = xmalloc((size_t)V * sizeof *row);
+        bk->download(bk, row, bk_rows(logits, i, 1));
+        *rows[i].token = sampler_pick(scratch, rows[i].sp, row, rows[i].position, rows[i].mask, rows[i].lp);
+    }
+    free(row), free(walk), free(rank), free(lpr), free(got), free(lps), free(masks);
 }

@@ -1206,10 +1206,22 @@ static void test_graph(void) {
 }
 
 /* ---- pick ---------------------------------------------------------------------------------------- */
+/* Row r's log-probabilities as the host's: the same tokens, values within 1e-6 (the device sums
+ * the exponentials in another grouping). */
+static bool same_logprobs(const frame_logprob_t *g, const frame_logprob_t *c) {
+    if (g->n_top != c->n_top || memcmp(g->top_ids, c->top_ids, c->n_top * sizeof *c->top_ids)) return false;
+    for (uint32_t i = 0; i <= c->n_top; i++) {
+        float a = i < c->n_top ? g->top_logprobs[i] : g->logprob, b = i < c->n_top ? c->top_logprobs[i] : c->logprob;
+        if (isnan(a) != isnan(b) || (!isnan(b) && fabsf(a - b) > 1e-6f * fmaxf(1.0f, fabsf(b)))) return false;
+    }
+    return true;
+}
+
 /* One batch of rows with every kind of request: greedy (ties, NaN, masks, nothing allowed),
- * temperature with and without min-p and masks (a row of -inf and NaN too), and the rows the
- * GPU hands to the host sampler (top-k, top-p, log-probabilities). The GPU must choose what the
- * host sampler chooses from the same logits, row for row. */
+ * temperature with and without min-p and masks (a row of -inf and NaN too), top-k, top-p and
+ * both with min-p (the ranked rows; with ties and NaN; top-k above the allowed count walks in id
+ * order), log-probabilities with every kind. The GPU must choose what the host sampler chooses
+ * from the same logits, row for row, and report the same log-probabilities. */
 static void pick_case(int64_t V, int rows) {
     float *l = xmalloc((size_t)(rows * V) * sizeof *l);
     int64_t words = (V + 31) / 32;
@@ -1220,10 +1232,10 @@ static void pick_case(int64_t V, int rows) {
     frame_logprob_t *lg = xcalloc((size_t)rows, sizeof *lg), *lc = xcalloc((size_t)rows, sizeof *lc);
     for (int r = 0; r < rows; r++) {
         float *x = l + (size_t)r * (size_t)V;
-        int kind = r % 12, masked = (r / 12) % 3; /* 0 none, 1 sparse, 2 dense */
+        int kind = r % 16, masked = (r / 16) % 3; /* 0 none, 1 sparse, 2 dense */
         for (int64_t v = 0; v < V; v++) x[v] = 4.0f * t_unif();
-        if (kind == 1) for (int64_t v = 0; v < V; v++) x[v] = (float)(t_rnd() % 4); /* ties */
-        if (kind == 2) for (int64_t v = 0; v < V; v += 3) x[v] = NAN;
+        if (kind == 1 || kind == 12) for (int64_t v = 0; v < V; v++) x[v] = (float)(t_rnd() % 4); /* ties */
+        if (kind == 2 || kind == 13) for (int64_t v = 0; v < V; v += 3) x[v] = NAN;
         if (kind == 7) for (int64_t v = 0; v < V; v++) x[v] = v % 2 ? -INFINITY : NAN;
         uint32_t *m = masks + (size_t)r * (size_t)words;
         for (int64_t v = 0; v < V; v++)
@@ -1236,11 +1248,15 @@ static void pick_case(int64_t V, int rows) {
         case 4: p->temperature = 0.7, p->min_p = 0.05; break;
         case 5: p->temperature = 1.5; break;
         case 6: p->temperature = 1.0, p->min_p = 0.5; break;
-        case 7: break;
+        case 7: p->top_p = (r / 16) % 2 ? 0.9 : 1.0; break; /* ranked: handed back to the host */
         case 8: p->top_k = 1; break; /* greedy */
-        case 9: p->top_k = 7; break;                     /* the host */
-        case 10: p->top_p = 0.8; break;                  /* the host */
-        case 11: p->logprobs = true, p->top_logprobs = 3; break; /* the host */
+        case 9: p->top_k = 7; break;
+        case 10: p->top_p = 0.8; break;
+        case 11: p->logprobs = true, p->top_logprobs = 3; break;
+        case 12: p->temperature = 0.7, p->top_k = 50, p->min_p = 0.02; break;
+        case 13: p->temperature = 0.5, p->top_k = 1000, p->top_p = 0.95, p->logprobs = true, p->top_logprobs = 5; break;
+        case 14: p->temperature = 1.2, p->top_p = 0.5, p->min_p = 0.3; break;
+        case 15: p->temperature = 0, p->logprobs = true, p->top_logprobs = FRAME_MAX_TOP; break;
         }
         const uint32_t *mask = masked ? m : NULL;
         if (r == 5) memset(m, 0, (size_t)words * 4), mask = m; /* nothing allowed */
@@ -1252,16 +1268,20 @@ static void pick_case(int64_t V, int rows) {
     sampler_t *sg = sampler_new(V), *sc = sampler_new(V);
     gpu->pick(gpu, t.g, pg, rows, sg);
     cpu->pick(cpu, t.c, pc, rows, sc);
-    int same = 0, lp_same = 0, n_lp = 0, sampled = 0;
+    int same = 0, lp_same = 0, n_lp = 0, sampled = 0, ranked = 0;
     for (int r = 0; r < rows; r++) {
         same += tg[r] == tc[r];
-        if (tg[r] != tc[r]) printf("# V %lld row %d (kind %d): gpu %u, host %u\n", (long long)V, r, r % 12, tg[r], tc[r]);
+        if (tg[r] != tc[r]) printf("# V %lld row %d (kind %d): gpu %u, host %u\n", (long long)V, r, r % 16, tg[r], tc[r]);
         sampled += sp[r].temperature > 0 && sp[r].top_k != 1 && tc[r] != SAMPLER_NONE;
-        if (sp[r].logprobs) n_lp++, lp_same += !memcmp(&lg[r], &lc[r], sizeof lg[r]);
+        ranked += sp[r].temperature > 0 && (sp[r].top_k > 1 || sp[r].top_p < 1) && tc[r] != SAMPLER_NONE;
+        if (sp[r].logprobs) {
+            n_lp++, lp_same += same_logprobs(&lg[r], &lc[r]);
+            if (!same_logprobs(&lg[r], &lc[r])) printf("# V %lld row %d: log-probabilities differ\n", (long long)V, r);
+        }
     }
     CHECKF(same == rows, "V %lld: %d of %d rows pick what the host sampler picks", (long long)V, same, rows);
     CHECK_EQ(lp_same, n_lp);
-    CHECK(tc[5] == SAMPLER_NONE && sampled > rows / 3);
+    CHECK(tc[5] == SAMPLER_NONE && sampled > rows / 3 && ranked >= rows / 8);
     free2(&t);
     sampler_free(sg), sampler_free(sc);
     free(l), free(masks), free(sp), free(pg), free(pc), free(tg), free(tc), free(lg), free(lc);
@@ -1270,7 +1290,7 @@ static void pick_case(int64_t V, int rows) {
 static void test_pick(void) {
     pick_case(129280, 96);
     pick_case(1000, 240); /* a vocabulary smaller than the block's threads times two */
-    pick_case(33, 36);
+    pick_case(33, 40);
 }
 
 int main(void) {

@@ -1,0 +1,225 @@
+// Next-token choice on the device for the rows that rank their tokens (top-k, top-p; lib/sampler.h),
+// and the log-probabilities any row asks for.
+//
+// Ranked rows: every token of a row gets a 64-bit key, the row in the top bits, then the logit's
+// bits in an order-preserving form (complemented: larger first; NaN as -inf, -0 as +0), then the
+// id (the lower first), so one ascending radix sort of all the rows' keys lists each row's tokens
+// in the host sampler's rank order (tokens outside the mask get the last logit code and sort after
+// the allowed ones). z = logit / temperature is the same for equal logits and p = exp(z - max) never
+// reorders finite ones, so this is also the order the host ranks probabilities in; only tokens whose
+// p underflows to 0 (no mass) may be ordered differently. One block per row then walks its sorted
+// tokens in chunks, each thread a contiguous run, a block scan giving the mass before each run: the
+// k largest are kept, then the shortest prefix whose mass reaches top_p of theirs, then those with
+// p >= min_p (a prefix too: p does not grow along the rank), and u times their mass picks the token
+// where the cumulative sum passes it, as the host walks. Only the grouping of the sums differs from
+// the host's sequential ones (about 1e-16). A row whose largest z is not finite (every allowed logit
+// -inf or NaN, or +inf) goes back to the host (-2): its arithmetic is NaN there and the host's answer
+// depends on its sort's handling of NaN.
+//
+// Log-probabilities: log-softmax of the raw logits (max ignoring NaN, sum of exp in double, as the
+// host), the chosen token's and the top alternatives in rank order, found one per pass over the row
+// (the best token ranking after the previous one).
+#include "sample.cuh"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+
+#define RK_THREADS 1024
+#define RK_ITEMS 8 /* sorted tokens a thread takes per chunk */
+
+// Order-preserving code of a logit (larger logit, larger code; NaN as -inf, -0 as +0).
+__device__ __forceinline__ uint32_t rk_code(float l) {
+    if (isnan(l)) l = -INFINITY;
+    uint32_t b = __float_as_uint(l == 0.0f ? 0.0f : l);
+    return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+__device__ __forceinline__ float rk_logit(uint32_t code) {
+    return __uint_as_float(code & 0x80000000u ? code & 0x7FFFFFFFu : ~code);
+}
+
+__global__ void __launch_bounds__(RK_THREADS) rank_keys_kernel(uint64_t *keys, const float *logits, int64_t ld, int64_t V,
+                                                               const rank_row_t *rows, const uint32_t *masks, int id_bits) {
+    pdl_begin();
+    const rank_row_t pr = rows[blockIdx.y];
+    const float *l = logits + pr.row * ld;
+    const uint32_t *mask = pr.mask_off >= 0 ? masks + pr.mask_off : NULL;
+    for (int64_t v = (int64_t)blockIdx.x * RK_THREADS + threadIdx.x; v < V; v += (int64_t)gridDim.x * RK_THREADS) {
+        uint32_t code = pk_allowed(mask, v) ? ~rk_code(l[v]) : 0xFFFFFFFFu; /* ~code: the larger logit first */
+        keys[blockIdx.y * V + v] = ((uint64_t)blockIdx.y << (32 + id_bits)) | ((uint64_t)code << id_bits) | (uint64_t)v;
+    }
+}
+
+typedef cub::BlockScan<double, RK_THREADS> rk_scan_t;
+typedef cub::BlockReduce<int, RK_THREADS> rk_count_t;
+
+struct rk_shared {
+    union {
+        rk_scan_t::TempStorage scan;
+        rk_count_t::TempStorage count;
+    } tmp;
+    int64_t at;    /* the first crossing's rank */
+    double cum;    /* the cumulative mass through it */
+    double carry;  /* the mass before the current chunk */
+};
+
+// p of the token with sorted key k.
+__device__ __forceinline__ double rk_p(uint64_t k, int id_bits, double temperature, double mx) {
+    return exp(pk_z(rk_logit(~(uint32_t)(k >> id_bits)), temperature) - mx);
+}
+
+// Walks ranks [0, n) accumulating p in rank order; returns the first rank whose cumulative mass is
+// >= want (strict: > want), its cumulative mass in *cum; n and the whole mass when none.
+__device__ int64_t rk_cross(rk_shared &sh, const uint64_t *k, int64_t n, int id_bits, double temperature, double mx,
+                            double want, bool strict, double *cum) {
+    const int64_t CH = (int64_t)RK_THREADS * RK_ITEMS;
+    __syncthreads(); /* the previous use of sh is over */
+    if (threadIdx.x == 0) sh.at = n, sh.carry = 0;
+    __syncthreads();
+    for (int64_t c0 = 0; c0 < n; c0 += CH) {
+        int64_t lo = c0 + (int64_t)threadIdx.x * RK_ITEMS;
+        double p[RK_ITEMS], run = 0;
+#pragma unroll
+        for (int i = 0; i < RK_ITEMS; i++) p[i] = lo + i < n ? rk_p(k[lo + i], id_bits, temperature, mx) : 0.0, run += p[i];
+        double before;
+        rk_scan_t(sh.tmp.scan).ExclusiveSum(run, before);
+        double c = sh.carry + before;
+        int64_t hit = -1;
+        double at_cum = 0;
+#pragma unroll
+        for (int i = 0; i < RK_ITEMS; i++) {
+            if (lo + i >= n) break;
+            c += p[i];
+            if (strict ? c > want : c >= want) {
+                hit = lo + i, at_cum = c;
+                break;
+            }
+        }
+        __syncthreads();
+        if (hit >= 0) atomicMin((unsigned long long *)&sh.at, (unsigned long long)hit);
+        __syncthreads();
+        if (hit >= 0 && hit == sh.at) sh.cum = at_cum;
+        if (threadIdx.x == RK_THREADS - 1) sh.carry = c; /* the last thread's run ends the chunk (no crossing: whole) */
+        __syncthreads();
+        if (sh.at < n) break;
+    }
+    int64_t at = sh.at;
+    *cum = at < n ? sh.cum : sh.carry;
+    __syncthreads(); /* everyone has read sh */
+    return at;
+}
+
+// How many of ranks [0, n) have p >= min_p (a prefix: p does not grow along the rank).
+__device__ int64_t rk_min_p(const uint64_t *k, int64_t n, int id_bits, double temperature, double mx, double min_p) {
+    int64_t lo = 1, hi = n; /* rank 0 has p = 1 >= min_p */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (rk_p(k[mid], id_bits, temperature, mx) >= min_p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+__global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *keys, int64_t V, const rank_row_t *rows,
+                                                               int id_bits, int32_t *out) {
+    pdl_begin();
+    __shared__ rk_shared sh;
+    const rank_row_t pr = rows[blockIdx.x];
+    const uint64_t *k = keys + blockIdx.x * V;
+    int64_t n = pr.allowed;
+    if (n <= 0) {
+        if (threadIdx.x == 0) out[pr.slot] = -1;
+        return;
+    }
+    double mx = pk_z(rk_logit(~(uint32_t)(k[0] >> id_bits)), pr.temperature);
+    if (!isfinite(mx)) {
+        if (threadIdx.x == 0) out[pr.slot] = -2;
+        return;
+    }
+    if (pr.top_k > 0 && pr.top_k < n) n = pr.top_k;
+    double total;
+    rk_cross(sh, k, n, id_bits, pr.temperature, mx, INFINITY, false, &total);
+    if (pr.top_p < 1.0) {
+        int64_t at = rk_cross(sh, k, n, id_bits, pr.temperature, mx, pr.top_p * total, false, &total);
+        n = at < n ? at + 1 : n;
+    }
+    if (pr.min_p > 0) {
+        if (threadIdx.x == 0) sh.at = rk_min_p(k, n, id_bits, pr.temperature, mx, pr.min_p);
+        __syncthreads();
+        int64_t kept = sh.at;
+        if (kept < n) n = kept, rk_cross(sh, k, n, id_bits, pr.temperature, mx, INFINITY, false, &total);
+    }
+    double cum;
+    int64_t at = rk_cross(sh, k, n, id_bits, pr.temperature, mx, pr.u * total, true, &cum);
+    if (threadIdx.x == 0) out[pr.slot] = (int32_t)(k[at < n ? at : n - 1] & ((1ull << id_bits) - 1));
+}
+
+__global__ void __launch_bounds__(RK_THREADS) logprob_kernel(const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows,
+                                                             const int32_t *chosen, logprob_out_t *out) {
+    pdl_begin();
+    typedef cub::BlockReduce<float, RK_THREADS> fmax_t;
+    typedef cub::BlockReduce<double, RK_THREADS> sum_t;
+    typedef cub::BlockReduce<pk_best, RK_THREADS> best_t;
+    __shared__ union {
+        fmax_t::TempStorage mx;
+        sum_t::TempStorage sum;
+        best_t::TempStorage best;
+    } tmp;
+    __shared__ float sh_mx;
+    __shared__ pk_best sh_best;
+    const logprob_row_t pr = rows[blockIdx.x];
+    const float *l = logits + pr.row * ld;
+    int32_t id = chosen[pr.slot];
+    if (id < 0) return; /* nothing chosen (or the host's row) */
+    float mx = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += RK_THREADS) mx = l[v] > mx ? l[v] : mx; /* NaN never taken */
+    mx = fmax_t(tmp.mx).Reduce(mx, pk_max());
+    if (threadIdx.x == 0) sh_mx = mx;
+    __syncthreads();
+    double dmx = sh_mx, sum = 0;
+    for (int64_t v = threadIdx.x; v < V; v += RK_THREADS) sum += exp((double)l[v] - dmx);
+    __syncthreads();
+    sum = sum_t(tmp.sum).Sum(sum);
+    __shared__ double sh_lse;
+    if (threadIdx.x == 0) sh_lse = dmx + log(sum);
+    __syncthreads();
+    double lse = sh_lse;
+    logprob_out_t *o = out + blockIdx.x;
+    if (threadIdx.x == 0) o->logprob = (float)((double)l[id] - lse), o->n_top = 0;
+    pk_best prev = {0.0f, -1};
+    for (int t = 0; t < pr.n_top; t++) { /* the best token ranking after prev */
+        pk_best b = {0.0f, -1};
+        for (int64_t v = threadIdx.x; v < V; v += RK_THREADS)
+            if (prev.id < 0 || pk_before(prev.v, prev.id, l[v], v)) b = pk_best_op()(b, pk_best{l[v], v});
+        __syncthreads();
+        b = best_t(tmp.best).Reduce(b, pk_best_op());
+        if (threadIdx.x == 0) sh_best = b;
+        __syncthreads();
+        prev = sh_best;
+        if (prev.id < 0) break;
+        if (threadIdx.x == 0) o->top_ids[t] = (uint32_t)prev.id, o->top_logprobs[t] = (float)((double)prev.v - lse), o->n_top = t + 1;
+    }
+}
+
+extern "C" cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
+                                     const uint32_t *masks, uint64_t *keys, uint64_t *sorted, void *sort_tmp,
+                                     size_t *sort_tmp_bytes, cudaStream_t s) {
+    int id_bits = 1, row_bits = 1;
+    while ((1ll << id_bits) < V) id_bits++;
+    while ((1 << row_bits) < n) row_bits++;
+    int64_t items = (int64_t)n * V;
+    if (!sort_tmp) /* the size query */
+        return cub::DeviceRadixSort::SortKeys(NULL, *sort_tmp_bytes, keys, sorted, items, 0, 32 + id_bits + row_bits, s);
+    if (n <= 0) return cudaSuccess;
+    cudaError_t e = k_launch(rank_keys_kernel, dim3((unsigned)ceil_div(V, RK_THREADS * 8), (unsigned)n), dim3(RK_THREADS), 0, s, keys, logits, ld, V, rows, masks, id_bits);
+    if (e == cudaSuccess) e = cub::DeviceRadixSort::SortKeys(sort_tmp, *sort_tmp_bytes, keys, sorted, items, 0, 32 + id_bits + row_bits, s);
+    if (e == cudaSuccess) e = k_launch(rank_pick_kernel, dim3((unsigned)n), dim3(RK_THREADS), 0, s, (const uint64_t *)sorted, V, rows, id_bits, out);
+    return e;
+}
+
+extern "C" cudaError_t k_logprobs(logprob_out_t *out, const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows, int n,
+                                  const int32_t *chosen, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    return k_launch(logprob_kernel, dim3((unsigned)n), dim3(RK_THREADS), 0, s, logits, ld, V, rows, chosen, out);
+}
