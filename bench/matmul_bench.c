@@ -1,10 +1,12 @@
-/* The tensor-core matmuls alone (issue 5, prefill): every dense FP8 projection of a
- * V4.1-Flash layer and the routed experts' grouped FP4 matmuls, on the shapes of an N-token
- * prefill (default 8192), in each precision of the tensor-core activations, with TFLOP/s
- * (2 m n k over the time of a call, the conversion of the activations included) against the
- * device's cuBLASLt ceilings.
+/* The tensor-core matmuls alone (issue 5): every dense FP8 projection of a V4.1-Flash layer
+ * and the routed experts' grouped FP4 matmuls, on the shapes of an N-token prefill (default
+ * 8192) or, below 33 positions, of a decode step (matmul_tcs), in each precision of the
+ * tensor-core activations, with TFLOP/s (2 m n k over the time of a call, the conversion of
+ * the activations included) against the device's cuBLASLt ceilings, and GB/s (the weight
+ * bytes a call reads, scales included; experts: the distinct routed ones) for decode.
  *
  *   matmul_bench [--positions N] [--reps N] [--precisions bf16,bf16x3] [--no-moe]
+ *                [--shapes wq_b,wo_b,moe]   (only these rows: the names up to a space)
  *
  * Weights and activations are random (backend_cuda_random_weight, backend_cuda_fill); routing
  * draws each token's 6 distinct experts uniformly, as the random-weight model's near-uniform
@@ -23,6 +25,23 @@ typedef struct {
     int64_t n, k;
     int groups; /* block-diagonal (wo_a): n and k per group times groups */
 } shape_t;
+
+/* A row's name up to its first space is in the comma list `only` (NULL: every row). */
+static bool wanted(const char *only, const char *name) {
+    if (!only) return true;
+    size_t n = strcspn(name, " ");
+    for (const char *p = only;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == n && !strncmp(p, name, n)) return true;
+        p += len;
+        if (!*p) return false;
+    }
+}
+
+/* Bytes of an FP8 (32x32 scales) or FP4 (1x32 scales) weight. */
+static double weight_bytes(bool fp4, int64_t n, int64_t k) {
+    return fp4 ? n * (k / 2.0) + n * ((k + 31) / 32) : (double)n * k + ((n + 31) / 32) * ((k + 31) / 32);
+}
 
 /* Milliseconds per call of fn over reps calls, after one warm-up call. */
 static double time_ms(backend_t *bk, void (*fn)(backend_t *, void *), void *ctx, int reps) {
@@ -49,7 +68,7 @@ static void run_dense(backend_t *bk, void *ctx) {
 typedef struct {
     bk_tensor_t out, x, idx, wt;
     bk_expert_t *experts;
-    int E;
+    int E, touched; /* experts with at least one position */
 } moe_t;
 
 static void run_moe(backend_t *bk, void *ctx) {
@@ -63,8 +82,8 @@ static void dense_point(backend_t *bk, const shape_t *s, int64_t M, int reps, co
     d.w = backend_cuda_random_weight(bk, WQ_FP8, n, s->k, 0.05f, false, seed++);
     backend_cuda_fill(bk, d.x, -1.0f, 1.0f, seed++);
     double ms = time_ms(bk, run_dense, &d, reps), flops = 2.0 * M * n * s->k;
-    printf("| %-22s | %6s | %5lld | %5lld | %5lld | %8.3f | %6.0f |\n", s->name, prec, (long long)M, (long long)n,
-           (long long)s->k, ms, flops / (ms * 1e-3) / 1e12);
+    printf("| %-22s | %6s | %5lld | %5lld | %5lld | %8.4f | %6.0f | %5.0f |\n", s->name, prec, (long long)M, (long long)n,
+           (long long)s->k, ms, flops / (ms * 1e-3) / 1e12, weight_bytes(false, n, s->k) / (ms * 1e-3) / 1e9);
     bk->unbind(bk, d.w);
     bk->release(bk, &d.out), bk->release(bk, &d.x);
 }
@@ -72,8 +91,8 @@ static void dense_point(backend_t *bk, const shape_t *s, int64_t M, int reps, co
 static void moe_point(backend_t *bk, moe_t *m, int64_t M, int64_t D, int64_t I, int reps, const char *prec) {
     backend_cuda_profile(bk, true);
     double ms = time_ms(bk, run_moe, m, reps), flops = 3 * 2.0 * M * 6 * D * I;
-    printf("| %-22s | %6s | %5lld | %5lld | %5lld | %8.3f | %6.0f |\n", "routed experts (moe)", prec, (long long)M * 6,
-           (long long)I, (long long)D, ms, flops / (ms * 1e-3) / 1e12);
+    printf("| %-22s | %6s | %5lld | %5lld | %5lld | %8.4f | %6.0f | %5.0f |\n", "moe (routed experts)", prec, (long long)M * 6,
+           (long long)I, (long long)D, ms, flops / (ms * 1e-3) / 1e12, m->touched * 3 * weight_bytes(true, I, D) / (ms * 1e-3) / 1e9);
     printf("per op of those %d + 1 calls (ms per call; 'moe experts' = the three grouped matmuls):\n", reps);
     backend_cuda_profile_report(bk, stdout, reps + 1);
     backend_cuda_profile(bk, false);
@@ -82,13 +101,14 @@ static void moe_point(backend_t *bk, moe_t *m, int64_t M, int64_t D, int64_t I, 
 int main(int argc, char **argv) {
     int64_t M = 8192, reps = 10;
     bool moe = true;
-    const char *precs = "bf16,bf16x3";
+    const char *precs = "bf16,bf16x3", *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--positions") && v && parse_i64(v, 33, 1 << 16, &M)) i++;
+        if (!strcmp(a, "--positions") && v && parse_i64(v, 1, 1 << 16, &M)) i++;
         else if (!strcmp(a, "--reps") && v && parse_i64(v, 1, 1000, &reps)) i++;
         else if (!strcmp(a, "--precisions") && v) precs = argv[++i];
         else if (!strcmp(a, "--no-moe")) moe = false;
+        else if (!strcmp(a, "--shapes") && v) only = argv[++i];
         else die("unknown or bad argument %s (see the comment at the top of bench/matmul_bench.c)", a);
     }
     char err[256];
@@ -108,6 +128,7 @@ int main(int argc, char **argv) {
     };
     int64_t E = 384, D = 5120, I = 2304, K = 6;
     moe_t mo = {0};
+    moe = moe && wanted(only, "moe");
     if (moe) { /* expert weights, random routing */
         mo.E = (int)E;
         mo.experts = xcalloc((size_t)E, sizeof *mo.experts);
@@ -129,6 +150,9 @@ int main(int argc, char **argv) {
                 } while (dup);
                 wt[t * K + s] = 1.0f / K;
             }
+        bool *hit = xcalloc((size_t)E, 1);
+        for (int64_t i = 0; i < M * K; i++) mo.touched += !hit[idx[i]], hit[idx[i]] = true;
+        free(hit);
         mo.x = bk->alloc(bk, BK_F32, M, D), mo.out = bk->alloc(bk, BK_F32, M, D);
         mo.idx = bk->alloc(bk, BK_I32, M, K), mo.wt = bk->alloc(bk, BK_F32, M, K);
         backend_cuda_fill(bk, mo.x, -1.0f, 1.0f, seed++);
@@ -136,7 +160,7 @@ int main(int argc, char **argv) {
         bk->upload(bk, mo.wt, wt);
         free(idx), free(wt);
     }
-    printf("| matmul | activations | m | n | k | ms | TFLOP/s |\n|---|---|---|---|---|---|---|\n");
+    printf("| matmul | activations | m | n | k | ms | TFLOP/s | GB/s |\n|---|---|---|---|---|---|---|---|\n");
     char *copy = xstrdup(precs), *save = NULL;
     for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         cuda_precision_t pr = !strcmp(p, "bf16x3") ? CUDA_BF16X3
@@ -145,7 +169,8 @@ int main(int argc, char **argv) {
                                                      : CUDA_FP32;
         if (pr == CUDA_FP32) die("--precisions takes bf16, bf16x2 and bf16x3");
         backend_cuda_precision(bk, pr);
-        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) dense_point(bk, &shapes[i], M, (int)reps, p);
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            if (wanted(only, shapes[i].name)) dense_point(bk, &shapes[i], M, (int)reps, p);
         if (moe) moe_point(bk, &mo, M, D, I, (int)(reps < 5 ? reps : 5), p);
     }
     free(copy);

@@ -5,24 +5,31 @@
 // positions costs ceil(np * pieces / 8) instructions per 16 x 16 weights; a position's pieces
 // are added after the reduction. A block of 16 warps takes 128 output rows of one expert: two
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
-// order at the end. A warp streams its rows 16 bytes per row and lane a step, each step's loads
-// issued TS_U of its steps ahead (loads and scale bytes alike: nothing waits for them before
-// the step is consumed), and dequantizes them into bf16 fragments in registers:
-// - e2m1: a word of eight codes becomes four bf16 pairs by a mask, a multiply and a mask that
-//   put each code's sign, exponent and mantissa bits in a bf16's (the value times 2^-126), then
-//   one bf16x2 multiply by the block scale times 2^126: exact, as the scales are powers of two
-//   (a step whose scales are not, or would overflow, takes the fp32 route, the same bits).
-// - e4m3: the hardware conversion to half, the fp32 scale, a bf16 pack.
+// order at the end. A warp streams its rows 16 bytes per row and lane a step. At one position
+// the kernel is bound by instruction issue, not by DRAM latency (ncu, decode step: ~200
+// instructions per 1 KB a warp consumed, 56% of issue slots, DRAM 37%), so a step costs as few
+// instructions as the format allows:
+// - the loads of the warp's next TS_U steps (128 bytes a lane) are in flight, each in its own
+//   ring slot: the loop takes TS_U steps unrolled, slot u always holding the steps u mod TS_U
+//   (no moves), and each slot is refilled right after it is consumed;
+// - the weights are dequantized into bf16 fragments by integer placement and one bf16x2
+//   multiply a pair: e4m3 bytes b0 b1 become a pair of value * 2^-120 by one byte permute
+//   (b0, b0's sign replicated, b1 into the upper three bytes), an arithmetic shift and a mask;
+//   e2m1 codes by a mask, a multiply and a mask (value * 2^-126 each); then times the block
+//   scale times 2^120 or 2^126 as a bf16x2: exact, as the scales are powers of two, the same
+//   bits as the fp32 route (the hardware e4m3 conversion or e2m1_f, the fp32 scale, a bf16
+//   pack), which a step takes when a scale of the warp's would not be a finite bf16 multiplier.
+//   e4m3 NaN codes (0x7F, 0xFF; quantization never produces them from finite weights) read as
+//   finite on the bf16 route;
+// - the scale bytes come with the step's loads and are turned into the multiplier by a shift.
 // The reduction order inside a step is a permutation of k shared by both operands: lane (g, c)
 // loads the contiguous bytes of chunk c of its rows g and g + 8, and its fragment slots for
 // logical k 2c, 2c+1, 2c+8, 2c+9 of sub-step j take the chunk's physical k ts_pick lists. The
 // staged activations are stored in that order (split into pieces once per block, as many
-// columns at a time as shared memory takes), so that a lane's B fragment is one 8-byte read and
-// the four lanes of a column read 32 bytes in a row. With wtab2 (the up projections w1 and w3)
-// a warp streams the same rows of both, reading the activations once, and writes
-// wpos * act(w1 x, w3 x). The loop over a warp's steps holds one step's code (the ring of loads
-// moves down a slot instead of being unrolled): these launches are short, and their code is
-// fetched cold.
+// columns at a time as shared memory takes, a multiple of the ring's span so that a chunk
+// starts at slot 0), so that a lane's B fragment is one 8-byte read and the four lanes of a
+// column read 32 bytes in a row. With wtab2 (the up projections w1 and w3) a warp streams the
+// same rows of both, reading the activations once, and writes wpos * act(w1 x, w3 x).
 // Dense matrices too short to fill the GPU cut the reduction in splits (blockIdx.y, the count
 // from the shape alone): each writes its partial sums, and the last block of a row block adds
 // them in split order (splitk_finish_with), then applies the pair's activation. A block-diagonal
@@ -35,8 +42,8 @@
 #define TS_WARPS 16
 #define TS_ROWS K_TCS_ROWS // output rows per block (128): 8 groups of 16, each taken by two warps
 #define TS_NP 8       // positions per pass, at most
-#define TS_U 2        // a warp's steps in flight (the prologue fetches both)
-#define TS_KQ 512     // staged columns come in multiples of this (of two steps, so a warp keeps its parity)
+#define TS_LANE_BYTES 128 // weight bytes a lane has in flight: TS_U steps of 32 (64 for the pair)
+#define TS_KQ 1024    // staged columns come in multiples of this (of the ring's 2 x TS_U steps: a chunk starts at slot 0)
 #define TS_SMEM (200 << 10)
 
 // 32-bit row offsets: a weight below 4 GB.
@@ -76,21 +83,49 @@ template <int I> __device__ __forceinline__ uint32_t e2m1_pair(uint32_t w) {
     return (I & 1 ? (v & 0x00F000F0u) * 0x104u : (v & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
 }
 
+// e4m3 bytes 2H and 2H + 1 of word w as a bf16 pair, value * 2^-120 each: the permute puts byte
+// 2H in bits 15..8, its sign replicated in 23..16 and byte 2H + 1 in 31..24; shifted right by 4
+// (arithmetic) each byte's exponent and mantissa land in bits 10..4 of its half with the sign
+// in bit 15; the mask clears the sign's copies.
+template <int H> __device__ __forceinline__ uint32_t e4m3_pair(uint32_t w) {
+    uint32_t y;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(y) : "r"(w), "r"(0), "n"(H ? 0x3A24 : 0x1804));
+    return (uint32_t)((int32_t)y >> 4) & 0x87F087F0u;
+}
+
+// The bf16x2 multiplier of a block scale (its bits r: the UE8M0 byte, or fp32 with F32): scale
+// * 2^B twice, B = 120 (e4m3) or 126 (e2m1) undoing the placement's 2^-B; fast stays true only
+// if that is a finite bf16 (UE8M0 byte e: the bf16 exponent field e + B).
+template <int KIND, bool F32> __device__ __forceinline__ uint32_t ts_mult(uint32_t r, bool &fast) {
+    const uint32_t B = KIND == KW_FP8 ? 120 : 126;
+    if (!F32) {
+        fast &= r <= 254 - B;
+        return ((r + B) << 7) * 0x10001u;
+    }
+    uint32_t b = __float_as_uint(__uint_as_float(r) * (KIND == KW_FP8 ? 0x1p120f : 0x1p126f));
+    fast &= (b & 0xFFFFu) == 0 && (b & 0x7F800000u) != 0x7F800000u;
+    return (b >> 16) * 0x10001u;
+}
+
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t p, uint32_t m) {
+    __nv_bfloat162 r = __hmul2_rn(*(__nv_bfloat162 *)&p, *(__nv_bfloat162 *)&m);
+    return *(uint32_t *)&r;
+}
+
 // The weights of one sub-step from a 32-bit word of a lane's chunk (e4m3: the word's four; e2m1:
 // codes 2h, 2h+4 and 2h+1, 2h+5 of its eight): lo and hi the bf16 pairs for slots (2c, 2c+1)
-// and (2c+8, 2c+9). FAST (e2m1): m is the bf16x2 multiplier, else s the fp32 scale.
+// and (2c+8, 2c+9). FAST: m is the bf16x2 multiplier, else s the fp32 scale.
 template <int KIND, int H, bool FAST>
 __device__ __forceinline__ void ts_sub(uint32_t w, uint32_t m, float s, uint32_t &lo, uint32_t &hi) {
-    if (KIND == KW_FP8) {
+    if (FAST && KIND == KW_FP8) {
+        lo = hmul2_bits(e4m3_pair<0>(w), m), hi = hmul2_bits(e4m3_pair<1>(w), m);
+    } else if (FAST) {
+        lo = hmul2_bits(e2m1_pair<2 * H>(w), m), hi = hmul2_bits(e2m1_pair<2 * H + 1>(w), m);
+    } else if (KIND == KW_FP8) {
         __half2_raw h0 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFF), __NV_E4M3);
         __half2_raw h1 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
         float2 f0 = __half22float2(__half2(h0)), f1 = __half22float2(__half2(h1));
         lo = pack2_bf16(f0.x * s, f0.y * s), hi = pack2_bf16(f1.x * s, f1.y * s);
-    } else if (FAST) {
-        __nv_bfloat162 mm = *(__nv_bfloat162 *)&m;
-        uint32_t p0 = e2m1_pair<2 * H>(w), p1 = e2m1_pair<2 * H + 1>(w);
-        __nv_bfloat162 r0 = __hmul2_rn(*(__nv_bfloat162 *)&p0, mm), r1 = __hmul2_rn(*(__nv_bfloat162 *)&p1, mm);
-        lo = *(uint32_t *)&r0, hi = *(uint32_t *)&r1;
     } else {
         lo = pack2_bf16(e2m1_f(w >> (8 * H)) * s, e2m1_f(w >> (8 * H + 16)) * s);
         hi = pack2_bf16(e2m1_f(w >> (8 * H + 4)) * s, e2m1_f(w >> (8 * H + 20)) * s);
@@ -139,39 +174,66 @@ __device__ __forceinline__ void ts_stage(__nv_bfloat16 *xs, int ldx, int npass, 
     }
 }
 
-// A warp's registers: its rows' loads and scale bits of its TS_U next steps (slot 0 the next
-// to consume), its accumulators (sets: even and odd sub-steps with one weight, two chains),
-// where its rows and its B fragments are.
-template <int KIND, int TERMS, bool PAIR> struct ts_warp {
+// A warp's registers: its rows' loads and scale bits of its next U steps (slot u: the steps
+// u mod U of the warp's), its accumulators (sets: even and odd sub-steps with one weight, two
+// chains), where its loads and its B fragments are. F32: fp32 scales, else UE8M0 bytes.
+template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
     typedef ts_fmt<KIND> F;
-    static const int NM = PAIR ? 2 : 1, NA = 3 - NM;
-    uint4 raw[TS_U][NM][2];
-    uint32_t sraw[TS_U][NM][2]; /* the scales' bits: fp32, or the UE8M0 byte (0x100: past the reduction) */
+    static const int NM = PAIR ? 2 : 1, NA = 3 - NM, U = TS_LANE_BYTES / (32 * NM);
+    static const int RB = 128, RS = 2 * F::step / 32 * (F32 ? 4 : 1); /* bytes of a row, of its scales, a warp's step apart */
+    uint4 raw[U][NM][2];
+    uint32_t sraw[U][NM][2]; /* the scales' bits (0 past the reduction, whose weights read as 0) */
     float acc[NA][NM][TERMS][4];
-    const uint8_t *data[NM], *scale[NM]; /* the rows' bytes at data[mi] + doff[h], scales at scale[mi] + soff[h] */
-    uint32_t doff[2], soff[2];
+    const uint8_t *wp[NM][2], *sp[NM][2]; /* the lane's bytes and scales of rows g, g + 8 for slot 0 a round ahead */
+    int left;      /* the reduction's columns from there on (the lane's chunk): a slot's step is in it when > 0 */
     int xq[TERMS]; /* column g of instruction q in xs: piece ci % TERMS of position ci / TERMS, ci = 8q + g */
     int c, kh;     /* the lane's chunk, the warp's steps (kh, kh + 2, ...) */
-    int64_t khi;   /* the end of the block's reduction range (its split) */
 
-    // Issues the loads of the step at column k into ring slot UI (zeros past the reduction).
-    template <int UI> __device__ __forceinline__ void fetch(const mm_args_t &a, int64_t k) {
-        int64_t kl = k + c * F::ept;
-        bool ok = kl < khi;
-        uint32_t off = KIND == KW_FP8 ? (uint32_t)kl : (uint32_t)kl / 2;
+    // Issues the loads of slot UI's step, UI warp steps past wp (zeros past the reduction).
+    template <int UI> __device__ __forceinline__ void fetch() {
+        bool ok = left > UI * 2 * F::step;
 #pragma unroll
         for (int mi = 0; mi < NM; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint8_t *sp = scale[mi] + soff[h];
-                raw[UI][mi][h] = ok ? __ldg((const uint4 *)(data[mi] + doff[h] + off)) : make_uint4(0, 0, 0, 0);
-                sraw[UI][mi][h] = !ok ? (a.w.scale_f32 ? 0u : 0x100u)
-                                      : a.w.scale_f32 ? __ldg((const unsigned *)sp + (kl >> 5)) : __ldg(sp + (kl >> 5));
+                raw[UI][mi][h] = ok ? __ldg((const uint4 *)(wp[mi][h] + UI * RB)) : make_uint4(0, 0, 0, 0);
+                sraw[UI][mi][h] = !ok ? 0u : F32 ? __ldg((const unsigned *)(sp[mi][h] + UI * RS)) : __ldg(sp[mi][h] + UI * RS);
             }
     }
 
-    // Slot 0 with NQ instructions per sub-step, its staged activations at column ks of xs.
-    template <int NQ, bool FAST>
+    // Moves wp a round (U warp steps) ahead.
+    __device__ __forceinline__ void advance() {
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) wp[mi][h] += U * RB, sp[mi][h] += U * RS;
+        left -= U * 2 * F::step;
+    }
+
+    // The ring's first U steps from column k0 of rows r[h] of the weights w[mi] (khi: the
+    // reduction's end), wp then a round ahead.
+    __device__ __forceinline__ void prologue(const kw_t *const (&w)[NM], const int64_t (&r)[2], int64_t k0, int64_t khi) {
+        int64_t kl = k0 + kh * F::step + c * F::ept, ncb = (w[0]->cols + 31) >> 5;
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                wp[mi][h] = w[mi]->data + (r[h] * w[mi]->cols + kl) / (KIND == KW_FP8 ? 1 : 2);
+                sp[mi][h] = w[mi]->scale + (r[h] / w[mi]->block_rows * ncb + (kl >> 5)) * (F32 ? 4 : 1);
+            }
+        left = (int)(khi - kl);
+        ring_fill();
+        advance();
+    }
+    template <int UI = 0> __device__ __forceinline__ void ring_fill() {
+        if constexpr (UI < U) {
+            fetch<UI>();
+            ring_fill<UI + 1>();
+        }
+    }
+
+    // Slot UI with NQ instructions per sub-step, its staged activations at column ks of xs.
+    template <int NQ, int UI, bool FAST>
     __device__ __forceinline__ void step(const __nv_bfloat16 *xs, int ks, const uint32_t (&m)[NM][2], const float (&sc)[NM][2]) {
         const int SW = F::subs / 4; /* sub-steps per 32-bit word */
 #pragma unroll
@@ -181,7 +243,7 @@ template <int KIND, int TERMS, bool PAIR> struct ts_warp {
             for (int mi = 0; mi < NM; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const uint4 &r = raw[0][mi][h];
+                    const uint4 &r = raw[UI][mi][h];
                     const int q4 = j / SW;
                     uint32_t w = q4 == 0 ? r.x : q4 == 1 ? r.y : q4 == 2 ? r.z : r.w;
                     if (j % SW) ts_sub<KIND, 1, FAST>(w, m[mi][h], sc[mi][h], lo[mi][h], hi[mi][h]);
@@ -197,45 +259,54 @@ template <int KIND, int TERMS, bool PAIR> struct ts_warp {
         }
     }
 
-    // Consumes slot 0 (e2m1: the bf16 route when every scale of the warp's step allows it), moves
-    // the ring down and fetches the warp's step TS_U further.
-    template <int NQ> __device__ __forceinline__ void next(const mm_args_t &a, const __nv_bfloat16 *xs, int ks, int64_t kc) {
+    // Consumes slot UI (the bf16 route when every scale of the warp's step allows it, else the
+    // fp32 one).
+    template <int NQ, int UI> __device__ __forceinline__ void consume(const __nv_bfloat16 *xs, int ks) {
         uint32_t m[NM][2];
-        float sc[NM][2];
+        float sc[NM][2] = {};
         bool fast = true;
 #pragma unroll
         for (int mi = 0; mi < NM; mi++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) { /* bf16 of scale * 2^126, exact and finite */
-                uint32_t r = sraw[0][mi][h];
-                sc[mi][h] = a.w.scale_f32 ? __uint_as_float(r) : r > 255 ? 0.0f : e8m0_f((uint8_t)r);
-                uint32_t b = __float_as_uint(sc[mi][h] * 0x1p126f);
-                fast &= (b & 0xFFFFu) == 0 && (b & 0x7F800000u) != 0x7F800000u;
-                m[mi][h] = (b >> 16) * 0x10001u;
+            for (int h = 0; h < 2; h++) m[mi][h] = ts_mult<KIND, F32>(sraw[UI][mi][h], fast);
+        if (__builtin_expect(__all_sync(0xFFFFFFFFu, fast), 1)) {
+            step<NQ, UI, true>(xs, ks, m, sc);
+            return;
+        }
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t r = sraw[UI][mi][h];
+                sc[mi][h] = F32 ? __uint_as_float(r) : e8m0_f((uint8_t)r);
             }
-        if (KIND == KW_FP8) step<NQ, false>(xs, ks, m, sc);
-        else if (__builtin_expect(__all_sync(0xFFFFFFFFu, fast), 1)) step<NQ, true>(xs, ks, m, sc);
-        else step<NQ, false>(xs, ks, m, sc);
-#pragma unroll
-        for (int u = 0; u + 1 < TS_U; u++)
-#pragma unroll
-            for (int mi = 0; mi < NM; mi++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) raw[u][mi][h] = raw[u + 1][mi][h], sraw[u][mi][h] = sraw[u + 1][mi][h];
-        fetch<TS_U - 1>(a, kc + ks + 2 * TS_U * F::step);
+        step<NQ, UI, false>(xs, ks, m, sc);
+    }
+
+    // The warp's steps at columns ks, ks + 2 step, ... of the staged chunk (slots UI.. onwards,
+    // those before kr): each slot consumed, then refilled with the step a round further; then
+    // wp a round ahead.
+    template <int NQ, int UI = 0> __device__ __forceinline__ void ring(const __nv_bfloat16 *xs, int ks, int kr) {
+        if constexpr (UI < U) {
+            if (UI > 0 && ks >= kr) return;
+            consume<NQ, UI>(xs, ks);
+            fetch<UI>();
+            ring<NQ, UI + 1>(xs, ks + 2 * F::step, kr);
+        } else
+            advance();
     }
 
     // One pass over the reduction [klo, khi): chunks of kcw columns staged, then the warp's steps streamed.
     template <int NQ>
     __device__ __forceinline__ void reduce(const mm_args_t &a, __nv_bfloat16 *xs, int kcw, int npass, const int64_t *xoff, int np,
-                                           int64_t klo) {
+                                           int64_t klo, int64_t khi) {
         for (int64_t kc = klo; kc < khi; kc += kcw) {
             int kn = (int)min((int64_t)kcw, khi - kc), kr = (kn + F::step - 1) / F::step * F::step;
             __syncthreads();
             ts_stage<KIND, TERMS>(xs, kcw + 16, npass, a, xoff, np, kc, kn, kr);
             __syncthreads();
 #pragma unroll 1
-            for (int ks = kh * F::step; ks < kr; ks += 2 * F::step) next<NQ>(a, xs, ks, kc);
+            for (int ks = kh * F::step; ks < kr; ks += 2 * U * F::step) ring<NQ>(xs, ks, kr);
         }
     }
 };
@@ -251,11 +322,11 @@ template <bool PAIR> __device__ __forceinline__ void ts_emit(const mm_args_t &a,
 
 // kcw: staged columns per chunk (a multiple of TS_KQ); rows of kcw + 16 elements (four rows'
 // 32-byte words in distinct banks).
-template <int KIND, int TERMS, bool PAIR>
+template <int KIND, int TERMS, bool PAIR, bool F32>
 __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, int npass, int kcw) {
     extern __shared__ __align__(16) __nv_bfloat16 xs[]; // [TERMS][npass][kcw + 16]; the epilogue's sums after a pass
     __shared__ int64_t xoff[TS_NP];
-    typedef ts_warp<KIND, TERMS, PAIR> W;
+    typedef ts_warp<KIND, TERMS, PAIR, F32> W;
     const int NM = W::NM, NA = W::NA;
     int grp = 0, split = blockIdx.y;
     int64_t pb = 0, pe = a.m;
@@ -268,23 +339,17 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ldx = kcw + 16;
     int64_t o0 = (int64_t)blockIdx.x * TS_ROWS + (warp & 7) * 16;
     int64_t klo = (int64_t)split * a.split_k, xg = a.x_group_n ? (int64_t)blockIdx.x * TS_ROWS / a.x_group_n * a.k : 0;
+    int64_t khi = a.splits > 1 ? min(a.k, klo + a.split_k) : a.k, r[2];
     W st;
-    st.c = lane & 3, st.kh = warp >> 3, st.khi = a.splits > 1 ? min(a.k, klo + a.split_k) : a.k;
+    st.c = lane & 3, st.kh = warp >> 3;
 #pragma unroll
-    for (int h = 0; h < 2; h++) { /* an expert's weight is far below 4 GB: 32-bit row offsets, the same in both */
-        int64_t r = a.row0 + min(o0 + g + 8 * h, a.n - 1);
-        st.doff[h] = (uint32_t)(r * (KIND == KW_FP8 ? a.w.cols : a.w.cols / 2));
-        st.soff[h] = (uint32_t)(r / a.w.block_rows * ((a.w.cols + 31) >> 5) * (a.w.scale_f32 ? 4 : 1)); /* row_scales' */
-    }
+    for (int h = 0; h < 2; h++) r[h] = a.row0 + min(o0 + g + 8 * h, a.n - 1);
+    const kw_t *w[NM];
 #pragma unroll
-    for (int mi = 0; mi < NM; mi++) {
-        const kw_t *wm = a.wtab ? &(mi ? a.wtab2 : a.wtab)[grp] : mi ? &a.w_pair : &a.w;
-        st.data[mi] = wm->data, st.scale[mi] = wm->scale;
-    }
+    for (int mi = 0; mi < NM; mi++) w[mi] = a.wtab ? &(mi ? a.wtab2 : a.wtab)[grp] : mi ? &a.w_pair : &a.w;
     for (int64_t p0 = pb; p0 < pe; p0 += npass) {
         int np = (int)min((int64_t)npass, pe - p0), nq = (np * TERMS + 7) >> 3;
-        st.template fetch<0>(a, klo + st.kh * W::F::step); /* the ring: the warp's first two steps */
-        st.template fetch<1>(a, klo + (2 + st.kh) * W::F::step);
+        st.prologue(w, r, klo, khi); /* the ring: the warp's first U steps */
         pdl_begin(); /* dense: the ring's first fetches (weights only) went before it; later passes: no-ops */
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
@@ -298,9 +363,9 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         }
 #pragma unroll
         for (int i = 0; i < NA * NM * TERMS * 4; i++) (&st.acc[0][0][0][0])[i] = 0.0f;
-        if (nq == 1 || TERMS == 1) st.template reduce<1>(a, xs, kcw, npass, xoff, np, klo);
-        else if (nq == 2 || TERMS == 2) st.template reduce<TERMS < 2 ? 1 : 2>(a, xs, kcw, npass, xoff, np, klo);
-        else st.template reduce<TERMS>(a, xs, kcw, npass, xoff, np, klo);
+        if (nq == 1 || TERMS == 1) st.template reduce<1>(a, xs, kcw, npass, xoff, np, klo, khi);
+        else if (nq == 2 || TERMS == 2) st.template reduce<TERMS < 2 ? 1 : 2>(a, xs, kcw, npass, xoff, np, klo, khi);
+        else st.template reduce<TERMS>(a, xs, kcw, npass, xoff, np, klo, khi);
         /* acc[set][mi][q]: rows g and g + 8 of the warp's group, columns 2c and 2c + 1 of
          * instruction q. Through shared memory the two halves of the steps are added, then the
          * pieces of a position in piece order. */
@@ -352,31 +417,36 @@ static int ts_chunk(int64_t k, int terms, int npass) {
     return (int)(need < most ? need : most > TS_KQ ? most : TS_KQ);
 }
 
-template <int KIND, int TERMS, bool PAIR>
+template <int KIND, int TERMS, bool PAIR, bool F32>
 static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
     int npass = (int)(a->m < TS_NP ? a->m : TS_NP); /* a position per token and expert at most */
     int kcw = ts_chunk(a->splits > 1 ? a->split_k : a->k, TERMS, npass), nm = PAIR ? 2 : 1;
     size_t stage = (size_t)TERMS * npass * (kcw + 16) * 2, red = (size_t)TS_WARPS * nm * 16 * TERMS * npass * 4;
     static bool raised;
     if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(mm_tcs_kernel<KIND, TERMS, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, TS_SMEM);
+        cudaError_t e = cudaFuncSetAttribute(mm_tcs_kernel<KIND, TERMS, PAIR, F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, TS_SMEM);
         if (e != cudaSuccess) return e;
         raised = true;
     }
     dim3 grid((unsigned)ceil_div(a->n, TS_ROWS), (unsigned)a->splits, a->wtab ? (unsigned)a->max_active : 1);
-    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR>, grid, TS_WARPS * 32, stage > red ? stage : red, s, *a, npass, kcw);
+    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR, F32>, grid, TS_WARPS * 32, stage > red ? stage : red, s, *a, npass, kcw);
+}
+
+template <int KIND, bool PAIR, bool F32>
+static cudaError_t ts_launch_terms(const mm_args_t *a, cudaStream_t s) {
+    if (a->act_terms >= 3) return ts_launch<KIND, 3, PAIR, F32>(a, s);
+    if (a->act_terms == 2) return ts_launch<KIND, 2, PAIR, F32>(a, s);
+    return ts_launch<KIND, 1, PAIR, F32>(a, s);
 }
 
 template <int KIND, bool PAIR>
-static cudaError_t ts_launch_terms(const mm_args_t *a, cudaStream_t s) {
-    if (a->act_terms >= 3) return ts_launch<KIND, 3, PAIR>(a, s);
-    if (a->act_terms == 2) return ts_launch<KIND, 2, PAIR>(a, s);
-    return ts_launch<KIND, 1, PAIR>(a, s);
+static cudaError_t ts_launch_scales(const mm_args_t *a, cudaStream_t s) {
+    return a->w.scale_f32 ? ts_launch_terms<KIND, PAIR, true>(a, s) : ts_launch_terms<KIND, PAIR, false>(a, s);
 }
 
 template <int KIND>
 static cudaError_t ts_launch_kind(const mm_args_t *a, bool pair, cudaStream_t s) {
-    return pair ? ts_launch_terms<KIND, true>(a, s) : ts_launch_terms<KIND, false>(a, s);
+    return pair ? ts_launch_scales<KIND, true>(a, s) : ts_launch_scales<KIND, false>(a, s);
 }
 
 // The pair's second weight reads as the first (one format, shape and scale layout).

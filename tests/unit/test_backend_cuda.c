@@ -1079,13 +1079,13 @@ static void test_tc_batch_invariance(void) {
  * then w2) in every tensor-core precision, FP4 and FP8: 7 and 5 reduction blocks of 32 (steps
  * whose lanes partly lie past the reduction, an odd number of steps), 131 (staged in two chunks
  * at 8 positions a pass, in one alone), outputs that are no multiple of the 128-row block,
- * expert e with e + 1 positions (one pass or two, one to three instructions per pass), and in
- * FP4 one expert whose scales are 2^2 in every fifth block (the steps holding one take the fp32
- * route, the others the bf16 one). Each row against the double reference (bf16x3 / bf16x2:
- * within fp32 / 16-bit rounding of the activations, the FP8 weights' large products
- * cancelling, the reduction of 4192 up to 1.01e-4 with limit 0.7; bf16: the reference with the
- * same bf16 roundings), outputs poisoned, and each row alone gives the batched bits (passes of
- * one position instead of eight). */
+ * expert e with e + 1 positions (one pass or two, one to three instructions per pass), and
+ * one expert whose scales are 2^2 (FP4) or 2^9 (FP8) in every fifth block (the steps holding
+ * one take the fp32 route, the others the bf16 one). Each row against the double reference
+ * (bf16x3 / bf16x2: within fp32 / 16-bit rounding of the activations, the FP8 weights' large
+ * products cancelling, the reduction of 4192 up to 1.01e-4 with limit 0.7; bf16: the reference
+ * with the same bf16 roundings), outputs poisoned, and each row alone gives the batched bits
+ * (passes of one position instead of eight). */
 static void test_moe_tcs(void) {
     enum { M = 9, K = 5, E = 9 };
     struct {
@@ -1106,7 +1106,8 @@ static void test_moe_tcs(void) {
     pair_t ti = puti(idx, M, K), tw = putf(wt, M, K);
     for (size_t cs = 0; cs < DI_ARRAY_LEN(cases); cs++) {
         int D = cases[cs].D, I = cases[cs].I;
-        bool big = cases[cs].kind == WQ_FP4, round = cases[cs].prec == CUDA_BF16;
+        bool round = cases[cs].prec == CUDA_BF16;
+        uint8_t big = cases[cs].kind == WQ_FP4 ? 129 : 136; /* past the bf16 multiplier's range */
         backend_cuda_precision(gpu, cases[cs].prec);
         weight_t w[E][3];
         bk_expert_t ex[E];
@@ -1114,7 +1115,7 @@ static void test_moe_tcs(void) {
             for (int j = 0; j < 3; j++) {
                 t_weight_t h = t_weight_random(cases[cs].kind, j == 1 ? D : I, j == 1 ? I : D, 1);
                 size_t ns = wmat_scale_count(h.m.rows, h.m.cols, 1, 32);
-                for (size_t b = 0; big && e == 0 && b < ns; b += 5) h.scale[b] = 129;
+                for (size_t b = 0; e == 0 && b < ns; b += 5) h.scale[b] = big;
                 wmat_rows(&h.m, 0, h.m.rows, h.dense);
                 w[e][j] = bind_weight(h);
             }
