@@ -65,7 +65,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h kernels/common.cuh
+$(BUILD)/kernels/%.o: kernels/%.cu kernels/kernels.h $(wildcard kernels/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

@@ -150,25 +150,34 @@ __device__ __forceinline__ uint8_t f32_to_e2m1_dev(float x) {
     return code | (signbit(x) ? 8 : 0);
 }
 
-// Split-K: after a block stored its partial sums, the last block of output tile `tile` to
-// finish adds every split's partials (NM planes of [splits][positions][n], one after another) for
-// rows [p0, p1), columns [o0, o1) in a fixed order and hands the NM sums to emit(p, o, sums):
-// `lanes` adjacent threads share an output (a power of two from the split count alone, at most
-// a quarter of it, so that many splits are read in parallel whatever the tile), lane l adds
-// splits l, l + lanes, ... in order, then the lanes are added pairwise.
-template <int NM, class Emit>
-__device__ __forceinline__ void splitk_finish_with(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
-                                                   int64_t o1, Emit emit) {
+// Split-K arrival, after a block stored its partial sums: true (in every thread) for the one
+// block of `count` that arrives at *counter last, once every block's stores are visible to it;
+// that block resets the counter for the next launch.
+__device__ __forceinline__ bool splitk_last(unsigned *counter, unsigned count) {
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&a.counters[tile], 1u) == (unsigned)a.splits - 1;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == count - 1;
+        if (last) *counter = 0;
+    }
     __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (last) __threadfence();
+    return last;
+}
+
+// Split-K fix-up by the whole block: adds every split's partials (NM planes of
+// [splits][positions][n], one after another) for rows [p0, p1), columns [o0, o1) in a fixed
+// order and hands the NM sums to emit(p, o, sums): `lanes` adjacent threads share an output (a
+// power of two from the split count alone, at most a quarter of it, so that many splits are
+// read in parallel whatever the tile), lane l adds splits l, l + lanes, ... in order, then the
+// lanes are added pairwise.
+template <int NM, class Emit>
+__device__ __forceinline__ void splitk_sum_with(const float *partial, int splits, int64_t positions, int64_t n_out, int64_t p0,
+                                                int64_t p1, int64_t o0, int64_t o1, Emit emit) {
     int lanes = 1;
-    while (lanes < 32 && 8 * lanes <= a.splits) lanes *= 2;
-    int64_t on = o1 - o0, n = (p1 - p0) * on, per = blockDim.x / lanes, plane = (int64_t)a.splits * a.positions * a.n;
+    while (lanes < 32 && 8 * lanes <= splits) lanes *= 2;
+    int64_t on = o1 - o0, n = (p1 - p0) * on, per = blockDim.x / lanes, plane = (int64_t)splits * positions * n_out;
     int sub = threadIdx.x & (lanes - 1);
     for (int64_t i0 = 0; i0 < n; i0 += per) { /* the same trips for every thread: whole warps shuffle */
         int64_t i = i0 + threadIdx.x / lanes, p = p0 + i / on, o = o0 + i % on;
@@ -178,12 +187,19 @@ __device__ __forceinline__ void splitk_finish_with(const mm_args_t &a, int64_t t
             v[mi] = 0.0f;
             if (i < n)
 #pragma unroll 4
-                for (int sp = sub; sp < a.splits; sp += lanes) v[mi] += __ldcg(&a.partial[mi * plane + (sp * a.positions + p) * a.n + o]);
+                for (int sp = sub; sp < splits; sp += lanes) v[mi] += __ldcg(&partial[mi * plane + (sp * positions + p) * n_out + o]);
             for (int l = 1; l < lanes; l <<= 1) v[mi] += __shfl_xor_sync(0xffffffffu, v[mi], l);
         }
         if (i < n && sub == 0) emit(p, o, v);
     }
-    if (threadIdx.x == 0) a.counters[tile] = 0;
+}
+
+// The split-K finish of a matmul's output tile `tile`: its last block adds the partials.
+template <int NM, class Emit>
+__device__ __forceinline__ void splitk_finish_with(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
+                                                   int64_t o1, Emit emit) {
+    if (splitk_last(&a.counters[tile], (unsigned)a.splits))
+        splitk_sum_with<NM>(a.partial, a.splits, a.positions, a.n, p0, p1, o0, o1, emit);
 }
 
 __device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, int64_t p0, int64_t p1, int64_t o0,
@@ -192,6 +208,15 @@ __device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, 
 }
 
 // ---- reductions ------------------------------------------------------------------------------
+// A CUDA-core matmul step: 16 weights times 16 activations added in order (matmul_simt.cu and
+// the fused mHC pre step, whose partial sums must be the same bits).
+__device__ __forceinline__ float dot16(const float *w, const float *x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) s += w[i] * x[i];
+    return s;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -1,5 +1,5 @@
 // Hyper-connection collapse: out[r][d] = sum_k pre[r][k] * X[r][k*D + d].
-#include "common.cuh"
+#include "row_ops.cuh"
 
 __global__ void hc_collapse_kernel(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp,
                                    int64_t D, int hc) {
@@ -7,9 +7,7 @@ __global__ void hc_collapse_kernel(float *out, int64_t ldo, const float *X, int6
     int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (d >= D) return;
     const float *x = X + r * ldx, *w = pre + r * ldp;
-    float s = 0.0f;
-    for (int k = 0; k < hc; k++) s += w[k] * x[k * D + d];
-    out[r * ldo + d] = s;
+    out[r * ldo + d] = hc == 4 ? hc_collapse_at<4>(x, w, D, hc, d) : hc_collapse_at<0>(x, w, D, hc, d); /* 4: the model's */
 }
 
 extern "C" cudaError_t k_hc_collapse(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp,

@@ -116,6 +116,29 @@ cudaError_t k_hc_mix(float *coef, int64_t ldc, const float *mixes, int64_t ldm, 
                      cudaStream_t s);
 cudaError_t k_hc_collapse(float *out, int64_t ldo, const float *X, int64_t ldx, const float *pre, int64_t ldp, int64_t rows,
                           int64_t D, int hc, cudaStream_t s);
+/* The mHC pre step of a site (hc_pre.cu, backend.h's hc_pre) for 1..K_HC_PRE_ROWS rows in one
+ * launch: coef (m x (2+hc)*hc) <- the mixes fn . X (fn F32, its first rows) through hc_mix, and
+ * out (m x D) <- rmsnorm(sum_k pre[k] * X_k) times norm (NULL: 1). The bits of k_matmul_simt at
+ * a reduction split of split_k columns (the CUDA-core matmul's split of that shape), k_hc_mix
+ * (coef in place), k_hc_collapse into out and k_rmsnorm in place on out. partial: scratch of
+ * k_hc_pre_partial_floats floats; counter: zero before, and after. k_hc_pre_ok: the shapes and
+ * layouts it takes (the others take the four kernels). */
+#define K_HC_PRE_ROWS 8
+typedef struct {
+    float *out, *coef;
+    int64_t ldo, ldc;
+    const float *X, *pre, *base, *scale, *norm;
+    int64_t ldx, ldp;
+    kw_t fn;
+    int64_t m, D, split_k;
+    int hc, iters;
+    float eps, hc_eps;
+    float *partial;
+    unsigned *counter;
+} hc_pre_args_t;
+int k_hc_pre_ok(const hc_pre_args_t *a);
+size_t k_hc_pre_partial_floats(const hc_pre_args_t *a);
+cudaError_t k_hc_pre(const hc_pre_args_t *a, cudaStream_t s);
 cudaError_t k_hc_expand(float *X, int64_t ldx, const float *y, int64_t ldy, const float *coef, int64_t ldc, int64_t rows,
                         int64_t D, int hc, cudaStream_t s);
 cudaError_t k_hc_fill(float *X, int64_t ldx, const float *e, int64_t lde, int64_t rows, int64_t D, int hc, cudaStream_t s);

@@ -206,12 +206,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm
                                 xv[4 * q] = f.x, xv[4 * q + 1] = f.y, xv[4 * q + 2] = f.z, xv[4 * q + 3] = f.w;
                             }
 #pragma unroll
-                            for (int j = 0; j < MM_RW; j++) {
-                                float s = 0.0f;
-#pragma unroll
-                                for (int i = 0; i < 16; i++) s += wv[j][i] * xv[i];
-                                acc[j][t] += s;
-                            }
+                            for (int j = 0; j < MM_RW; j++) acc[j][t] += dot16(wv[j], xv);
                         }
                     }
                 }

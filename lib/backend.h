@@ -126,6 +126,13 @@ struct backend {
     void (*hc_expand)(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
     /* X_k = e for every stream k. */
     void (*hc_fill)(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
+    /* The pre step of an mHC site in one op (a backend may fuse it): the numbers of
+     * matmul(coef, X, fn, 0); hc_mix(coef, coef, X, base, scale, hc, eps, hc_eps, iters);
+     * hc_collapse(out, X, pre, hc); rmsnorm(out, out, norm, eps), in that order: coef gets the
+     * site's coefficients, out (m x D) the normed input collapsed with pre (m x hc, the earlier
+     * site's pre, not overlapping coef). */
+    void (*hc_pre)(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
+                   bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters);
 
     /* ---- embeddings and Engram (§5.1, §5.2) ---- */
     /* out row t = concatenation of the dequantized rows idx[t][0..k) of table. */

@@ -280,6 +280,15 @@ static void cpu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor
     for_rows(bk, X.rows, X.cols * (hc + 1), expand_row, &a);
 }
 
+/* The ops themselves, one after another: the numbers of the unfused forward. */
+static void cpu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
+                       bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters) {
+    cpu_matmul_op(bk, coef, X, fn, 0);
+    cpu_hc_mix(bk, coef, coef, X, base, scale, hc, eps, hc_eps, iters);
+    cpu_hc_collapse(bk, out, X, pre, hc);
+    cpu_rmsnorm(bk, out, out, norm, eps);
+}
+
 static void fill_row(const void *p, int64_t r, int worker) {
     (void)worker;
     const hc_args_t *a = p;
@@ -394,6 +403,7 @@ backend_t *backend_cpu_create(int threads) {
         .copy = cpu_copy, .copy_many = cpu_copy_many, .bind = cpu_bind, .unbind = cpu_unbind, .destroy = cpu_destroy,
         .matmul = cpu_matmul_op, .matmul_grouped = cpu_matmul_grouped, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .rope_spans = cpu_rope_spans, .qat = cpu_qat,
         .hc_mix = cpu_hc_mix, .hc_collapse = cpu_hc_collapse, .hc_expand = cpu_hc_expand, .hc_fill = cpu_hc_fill,
+        .hc_pre = cpu_hc_pre,
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,
         .group_pool = cpu_group_pool, .attention = cpu_attention, .attention_spans = cpu_attention_spans,
         .indexer_topk = cpu_indexer_topk, .indexer_spans = cpu_indexer_spans,

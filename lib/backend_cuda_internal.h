@@ -95,6 +95,10 @@ void cu_release_scratch(cuda_t *c, void *p);
 /* A device copy of a small host table (scratch: release it once its users are enqueued). */
 void *cu_upload_table(cuda_t *c, const void *host, size_t bytes);
 
+/* The reduction split (columns) of a dense CUDA-core matmul of n outputs at 32 positions or
+ * fewer: k when it does not split (backend_cuda_mm.c). */
+int64_t cu_simt_split_k(const cuda_t *c, int64_t n, int64_t k);
+
 /* Profiling marks around an op (no-ops unless profiling). */
 void cu_prof_begin(cuda_t *c, const char *name);
 void cu_prof_end(cuda_t *c);
@@ -115,6 +119,8 @@ void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X
 void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
 void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
 void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
+void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
+               bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters);
 void cu_gather(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tensor_t idx);
 void cu_engram_gate(backend_t *bk, bk_tensor_t X, bk_tensor_t kv, bk_tensor_t qk, int hc, float eps);
 void cu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s, int ratio);

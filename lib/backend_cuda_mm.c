@@ -53,6 +53,17 @@ static int64_t tcs_split_k(const cuda_t *c, int64_t blocks, int64_t k) {
     return best;
 }
 
+/* The reduction split (a multiple of 256 columns) of a dense matmul of `blocks` output blocks
+ * when there are fewer than `few` of them and k >= 512: about two blocks per SM in all; else k. */
+static int64_t split_below(const cuda_t *c, int64_t blocks, int64_t few, int64_t k) {
+    if (blocks >= few || k < 512) return k;
+    int64_t splits = cdiv(2 * c->sms, blocks), most = k / 256;
+    if (splits > most) splits = most;
+    return cdiv(cdiv(k, splits), 256) * 256;
+}
+
+int64_t cu_simt_split_k(const cuda_t *c, int64_t n, int64_t k) { return split_below(c, cdiv(n, 16), 2 * c->sms, k); }
+
 static int act_terms(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1; }
 
 /* Picks the path and the split of a dense or grouped matmul, launches it. profile: mark it. On
@@ -69,14 +80,10 @@ static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
         a->split_k = tcs_split_k(c, cdiv(a->n, K_TCS_ROWS), a->k);
         a->splits = (int)cdiv(a->k, a->split_k);
     } else if (!grouped && fast) { /* tensor cores: split below half a wave only (prefill tiles fill the GPU) */
-        int64_t blocks = tc ? cdiv(a->n, K_TC_ROWS) * cdiv(a->m, K_TC_POSITIONS) : cdiv(a->n, 16);
+        int64_t sk = tc ? split_below(c, cdiv(a->n, K_TC_ROWS) * cdiv(a->m, K_TC_POSITIONS), c->sms / 2, a->k)
+                        : cu_simt_split_k(c, a->n, a->k);
         if (!tc && a->m > 32) a->pos_chunk = 32;
-        else if (blocks < (tc ? c->sms / 2 : 2 * c->sms) && a->k >= 512) {
-            int64_t splits = cdiv(2 * c->sms, blocks), most = a->k / 256;
-            if (splits > most) splits = most;
-            a->split_k = cdiv(cdiv(a->k, splits), 256) * 256;
-            a->splits = (int)cdiv(a->k, a->split_k);
-        }
+        else if (sk < a->k) a->split_k = sk, a->splits = (int)cdiv(a->k, sk);
     }
     if (a->splits > 1) { /* the fused pair's sums: two planes */
         a->partial = cu_scratch(c, (size_t)(a->splits * a->positions * a->n) * (a->w_pair.data ? 8 : 4));

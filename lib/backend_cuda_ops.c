@@ -87,6 +87,33 @@ void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc) {
     OP("hc_fill", k_hc_fill(F(X), X.ld, F(e), e.ld, X.rows, e.cols, hc, c->stream));
 }
 
+/* One launch (kernels/hc_pre.cu) where it takes the shape (decode rows), else the four ops:
+ * the same bits either way. */
+void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
+               bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters) {
+    cuda_t *c = cu_of(bk);
+    int64_t nm = (int64_t)(2 + hc) * hc;
+    if (hc < 1 || hc > 16 || coef.cols != nm || X.cols != hc * out.cols || pre.cols != hc || coef.rows != X.rows ||
+        out.rows != X.rows || pre.rows != X.rows)
+        die("CUDA backend: hc_pre of %lld x %lld streams (hc %d) into %lld x %lld and %lld x %lld coefficients", (long long)X.rows,
+            (long long)X.cols, hc, (long long)out.rows, (long long)out.cols, (long long)coef.rows, (long long)coef.cols);
+    hc_pre_args_t a = {.out = F(out), .coef = F(coef), .ldo = out.ld, .ldc = coef.ld, .X = F(X), .pre = F(pre),
+                       .base = F(base), .scale = F(scale), .norm = norm ? F(*norm) : NULL, .ldx = X.ld, .ldp = pre.ld,
+                       .fn = fn->w, .m = X.rows, .D = out.cols, .split_k = cu_simt_split_k(c, nm, X.cols), .hc = hc,
+                       .iters = iters, .eps = eps, .hc_eps = hc_eps};
+    if (!k_hc_pre_ok(&a)) {
+        cu_matmul(bk, coef, X, fn, 0);
+        cu_hc_mix(bk, coef, coef, X, base, scale, hc, eps, hc_eps, iters);
+        cu_hc_collapse(bk, out, X, pre, hc);
+        cu_rmsnorm(bk, out, out, norm, eps);
+        return;
+    }
+    a.partial = cu_scratch(c, k_hc_pre_partial_floats(&a) * sizeof(float));
+    a.counter = c->counters;
+    OP("hc_pre", k_hc_pre(&a, c->stream));
+    cu_release_scratch(c, a.partial);
+}
+
 void cu_gather(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tensor_t idx) {
     cuda_t *c = cu_of(bk);
     OP(table->host ? "gather (host table)" : "gather", k_gather(F(out), out.ld, &table->w, I(idx), idx.ld, out.rows, idx.cols,

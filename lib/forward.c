@@ -102,7 +102,7 @@ static void block(fwd_t *f, int L, int64_t k0) {
     int64_t m = f->n - k0, hc = c->hc_mult;
     float eps = (float)c->rms_norm_eps, hc_eps = (float)c->hc_eps;
     bk_tensor_t X = bk_rows(f->X, k0, m), cA = bk_rows(f->coefA, k0, m), cF = bk_rows(f->coefF, k0, m);
-    bk_tensor_t xc = bk_rows(f->xc, k0, m), xin = bk_rows(f->xin, k0, m), y = bk_rows(f->y, k0, m);
+    bk_tensor_t xin = bk_rows(f->xin, k0, m), y = bk_rows(f->y, k0, m);
     int e = c->layers[L].engram;
     if (e >= 0) { /* Engram write, before anything else in the block */
         int64_t R = (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
@@ -113,17 +113,13 @@ static void block(fwd_t *f, int L, int64_t k0) {
     }
     /* attention site: its mixes from the block input, its input collapsed with the previous
      * FFN site's pre (single-pass mHC) */
-    bk->matmul(bk, cA, X, w->hc_attn_fn, 0);
-    bk->hc_mix(bk, cA, cA, X, w->hc_attn_base, w->hc_attn_scale, (int)hc, eps, hc_eps, c->hc_sinkhorn_iters);
-    bk->hc_collapse(bk, xc, X, bk_cols(cF, 0, hc), (int)hc);
-    bk->rmsnorm(bk, xin, xc, &w->attn_norm, eps);
+    bk->hc_pre(bk, xin, cA, X, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, bk_cols(cF, 0, hc), &w->attn_norm, (int)hc, eps,
+               hc_eps, c->hc_sinkhorn_iters);
     fwd_attention(f, L, k0);
     bk->hc_expand(bk, X, y, cA, (int)hc);
     /* FFN site: input collapsed with the attention site's pre */
-    bk->matmul(bk, cF, X, w->hc_ffn_fn, 0);
-    bk->hc_mix(bk, cF, cF, X, w->hc_ffn_base, w->hc_ffn_scale, (int)hc, eps, hc_eps, c->hc_sinkhorn_iters);
-    bk->hc_collapse(bk, xc, X, bk_cols(cA, 0, hc), (int)hc);
-    bk->rmsnorm(bk, xin, xc, &w->ffn_norm, eps);
+    bk->hc_pre(bk, xin, cF, X, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, bk_cols(cA, 0, hc), &w->ffn_norm, (int)hc, eps,
+               hc_eps, c->hc_sinkhorn_iters);
     bk_tensor_t rlog = bk_rows(f->rlog, k0, m), ridx = bk_rows(f->ridx, k0, m), rwt = bk_rows(f->rwt, k0, m);
     bk->matmul(bk, rlog, xin, w->ffn.gate, 0);
     bk->router(bk, ridx, rwt, rlog, w->ffn.bias, (float)c->gate_temp, c->norm_topk_prob, (float)c->routed_scaling_factor);

@@ -393,6 +393,72 @@ static void test_hc(void) {
     }
 }
 
+/* The mHC pre step (hc_pre) against the CPU's within 1e-5, and bit for bit the GPU's separate
+ * ops (matmul, hc_mix, hc_collapse, rmsnorm), which it fuses into one launch at 1 to 8 rows, and
+ * every row alone the bits of the row batched (the op run again each time: its counter resets).
+ * mixes of a few units after the RMS scale (fn scaled by 4 / sqrt(hc D)); pre a view of a wider
+ * tensor; the norm's weight or none. */
+static void hc_pre_case(int hc, int64_t D, int64_t m, bool with_norm) {
+    int64_t nm = (2 + hc) * hc, K = hc * D;
+    t_weight_t host = t_weight_random(WQ_F32, nm + 3, K, 1);
+    for (int64_t i = 0; i < (nm + 3) * K; i++) {
+        host.dense[i] *= 4.0f / sqrtf((float)K);
+        memcpy(host.data + 4 * i, &host.dense[i], 4);
+    }
+    weight_t fn = bind_weight(host);
+    float *X = t_rand_vec((size_t)(m * K), 2.0f), *base = t_rand_vec((size_t)nm, 0.5f), *scale = t_rand_vec(3, 1.0f);
+    float *pre = t_rand_vec((size_t)(m * (hc + 5)), 1.0f), *norm = t_rand_vec((size_t)D, 1.0f);
+    pair_t tX = putf(X, m, K), tb = putf(base, 1, nm), ts = putf(scale, 1, 3), tp = putf(pre, m, hc + 5), tn = putf(norm, 1, D);
+    pair_t coef = out2(BK_F32, m, nm), o = out2(BK_F32, m, D);
+    bk_tensor_t pg = bk_cols(tp.g, 2, hc), *ng = with_norm ? &tn.g : NULL;
+    gpu->hc_pre(gpu, o.g, coef.g, tX.g, fn.g, tb.g, ts.g, pg, ng, hc, 1e-20f, 1e-6f, 20);
+    cpu->hc_pre(cpu, o.c, coef.c, tX.c, fn.c, tb.c, ts.c, bk_cols(tp.c, 2, hc), with_norm ? &tn.c : NULL, hc, 1e-20f, 1e-6f, 20);
+    compare(coef, 1e-5, "hc_pre coefficients");
+    compare(o, 1e-5, "hc_pre normed input");
+    bk_tensor_t c2 = gpu->alloc(gpu, BK_F32, m, nm), o2 = gpu->alloc(gpu, BK_F32, m, D), xc = gpu->alloc(gpu, BK_F32, m, D);
+    gpu->matmul(gpu, c2, tX.g, fn.g, 0);
+    gpu->hc_mix(gpu, c2, c2, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, 20);
+    gpu->hc_collapse(gpu, xc, tX.g, pg, hc);
+    gpu->rmsnorm(gpu, o2, xc, ng, 1e-20f);
+    float *cg = t_download(gpu, coef.g), *og = t_download(gpu, o.g), *cs = t_download(gpu, c2), *os = t_download(gpu, o2);
+    CHECKF(!memcmp(cg, cs, (size_t)(m * nm) * 4) && !memcmp(og, os, (size_t)(m * D) * 4),
+           "hc %d D %lld m %lld: not the bits of the separate ops", hc, (long long)D, (long long)m);
+    int alone = 0; /* beyond 8 rows the separate ops' matmul stops splitting at 33: rows 1..8 only */
+    for (int64_t r = 0; r < m && m <= 8; r++) {
+        poison(c2), poison(o2);
+        gpu->hc_pre(gpu, bk_rows(o2, r, 1), bk_rows(c2, r, 1), bk_rows(tX.g, r, 1), fn.g, tb.g, ts.g, bk_rows(pg, r, 1), ng, hc,
+                    1e-20f, 1e-6f, 20);
+        float *c1 = t_download(gpu, bk_rows(c2, r, 1)), *o1 = t_download(gpu, bk_rows(o2, r, 1));
+        alone += !memcmp(c1, cg + r * nm, (size_t)nm * 4) && !memcmp(o1, og + r * D, (size_t)D * 4);
+        free(c1), free(o1);
+    }
+    CHECKF(alone == (m <= 8 ? m : 0), "hc %d D %lld m %lld: %d rows alone give the batched bits", hc, (long long)D, (long long)m,
+           alone);
+    gpu->release(gpu, &c2), gpu->release(gpu, &o2), gpu->release(gpu, &xc);
+    pair_t *all[] = {&tX, &tb, &ts, &tp, &tn, &coef, &o};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    free_weight(&fn);
+    free(X), free(base), free(scale), free(pre), free(norm), free(cg), free(og), free(cs), free(os);
+}
+
+/* Every precision (the mixes' F32 matmul runs on the CUDA cores in all of them): the model's
+ * reduction (4 x 4096, 80 splits), 8 splits with a part one (4 x 1000), 2 (4 x 164), none (4 x
+ * 100), hc 3; 70 rows and a reduction not a multiple of 16 (D 37) on the separate kernels. */
+static void test_hc_pre(void) {
+    struct {
+        int hc;
+        int64_t D, m;
+        bool norm;
+    } cases[] = {{4, 4096, 1, true}, {4, 4096, 8, true}, {4, 1000, 1, true}, {4, 1000, 3, false}, {4, 1000, 8, true},
+                 {4, 1000, 70, true}, {4, 164, 3, true},  {4, 100, 8, true},  {3, 336, 3, true},   {4, 37, 3, true}};
+    cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16, CUDA_FP32};
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
+        backend_cuda_precision(gpu, precs[pr]);
+        for (size_t i = 0; i < DI_ARRAY_LEN(cases); i++) hc_pre_case(cases[i].hc, cases[i].D, cases[i].m, cases[i].norm);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+}
+
 static void test_engram_gate(void) {
     int hc = 4, D = 300, m = 5;
     float *X = t_rand_vec((size_t)(m * hc * D), 1.0f), *kv = t_rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = t_rand_vec((size_t)(hc * D), 1.5f);
@@ -1309,6 +1375,7 @@ int main(void) {
         {"test_matmul_deterministic", test_matmul_deterministic}, {"test_matmul_walks", test_matmul_walks},
         {"test_matmul_batch_invariance", test_matmul_batch_invariance}, {"test_gather", test_gather},
         {"test_rmsnorm", test_rmsnorm}, {"test_rope", test_rope}, {"test_qat", test_qat}, {"test_hc", test_hc},
+        {"test_hc_pre", test_hc_pre},
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
         {"test_tc_spans", test_tc_spans},

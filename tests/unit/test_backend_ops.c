@@ -303,6 +303,41 @@ static void test_hc(void) {
     hc_case(20);
 }
 
+/* The fused pre step equals the ops it stands for, bit for bit (the forward's numbers): mixes
+ * from an F32 weight with more rows than the mixes, pre as a view of a wider tensor, with and
+ * without the norm's weight. */
+static void hc_pre_case(int hc, int64_t D, int64_t m, bool with_norm) {
+    int64_t nm = (2 + hc) * hc;
+    t_weight_t fn = make_weight(WQ_F32, nm + 3, hc * D);
+    bk_weight_t *bw = bk->bind(bk, &fn.m);
+    float *X = t_rand_vec((size_t)(m * hc * D), 2.0f), *base = t_rand_vec((size_t)nm, 0.5f), *scale = t_rand_vec(3, 0.05f);
+    float *pre = t_rand_vec((size_t)(m * (hc + 5)), 1.0f), *norm = t_rand_vec((size_t)D, 1.0f);
+    bk_tensor_t tX = put(bk, X, m, hc * D), tb = put(bk, base, 1, nm), ts = put(bk, scale, 1, 3), tp = put(bk, pre, m, hc + 5);
+    bk_tensor_t tn = put(bk, norm, 1, D), pv = bk_cols(tp, 2, hc);
+    bk_tensor_t coef = bk->alloc(bk, BK_F32, m, nm), out = bk->alloc(bk, BK_F32, m, D);
+    bk_tensor_t coef2 = bk->alloc(bk, BK_F32, m, nm), xc = bk->alloc(bk, BK_F32, m, D), out2 = bk->alloc(bk, BK_F32, m, D);
+    bk->hc_pre(bk, out, coef, tX, bw, tb, ts, pv, with_norm ? &tn : NULL, hc, 1e-20f, 1e-6f, 20);
+    bk->matmul(bk, coef2, tX, bw, 0);
+    bk->hc_mix(bk, coef2, coef2, tX, tb, ts, hc, 1e-20f, 1e-6f, 20);
+    bk->hc_collapse(bk, xc, tX, pv, hc);
+    bk->rmsnorm(bk, out2, xc, with_norm ? &tn : NULL, 1e-20f);
+    float *c1 = t_download(bk, coef), *c2 = t_download(bk, coef2), *o1 = t_download(bk, out), *o2 = t_download(bk, out2);
+    CHECKF(!memcmp(c1, c2, (size_t)(m * nm) * 4), "hc %d D %lld m %lld: coefficients differ from the ops'", hc, (long long)D, (long long)m);
+    CHECKF(!memcmp(o1, o2, (size_t)(m * D) * 4), "hc %d D %lld m %lld: input differs from the ops'", hc, (long long)D, (long long)m);
+    bk_tensor_t *ts_[] = {&tX, &tb, &ts, &tp, &tn, &coef, &out, &coef2, &xc, &out2};
+    for (size_t i = 0; i < DI_ARRAY_LEN(ts_); i++) bk->release(bk, ts_[i]);
+    bk->unbind(bk, bw);
+    t_weight_free(&fn);
+    free(X), free(base), free(scale), free(pre), free(norm), free(c1), free(c2), free(o1), free(o2);
+}
+
+static void test_hc_pre(void) {
+    hc_pre_case(4, 37, 3, true);
+    hc_pre_case(4, 1000, 1, true);
+    hc_pre_case(4, 1000, 70, false);
+    hc_pre_case(3, 64, 5, true);
+}
+
 static void test_engram_gate(void) {
     int hc = 4, D = 37, m = 3;
     float *X = t_rand_vec((size_t)(m * hc * D), 1.0f), *kv = t_rand_vec((size_t)(m * (hc + 1) * D), 1.0f), *qk = t_rand_vec((size_t)(hc * D), 1.5f);
@@ -684,6 +719,7 @@ int main(void) {
     RUN(test_rope);
     RUN(test_qat);
     RUN(test_hc);
+    RUN(test_hc_pre);
     RUN(test_engram_gate);
     RUN(test_group_pool);
     RUN(test_attention);
