@@ -6,12 +6,12 @@
 // are added after the reduction. A block of 16 warps takes 128 output rows of one expert: two
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
 // order at the end. A warp streams its rows 16 bytes per row and lane a step. At one position
-// the kernel is bound by instruction issue, not by DRAM latency (ncu, decode step: ~200
-// instructions per 1 KB a warp consumed, 56% of issue slots, DRAM 37%), so a step costs as few
-// instructions as the format allows:
-// - the loads of the warp's next TS_U steps (128 bytes a lane) are in flight, each in its own
-//   ring slot: the loop takes TS_U steps unrolled, slot u always holding the steps u mod TS_U
-//   (no moves), and each slot is refilled right after it is consumed;
+// the kernel was bound by instruction issue, not by DRAM latency (ncu, decode step: ~200
+// instructions per 1 KB a warp consumed, 56% of issue slots, DRAM 37%; now ~100 and 38%), so a
+// step costs as few instructions as the format allows:
+// - the loads of the warp's next U steps (TS_LANE_BYTES, 128 bytes a lane: 4 steps, 2 for the
+//   pair) are in flight, each in its own ring slot: the loop takes U steps unrolled, slot u
+//   always holding the steps u mod U (no moves), and each slot is refilled once consumed;
 // - the weights are dequantized into bf16 fragments by integer placement and one bf16x2
 //   multiply a pair: e4m3 bytes b0 b1 become a pair of value * 2^-120 by one byte permute
 //   (b0, b0's sign replicated, b1 into the upper three bytes), an arithmetic shift and a mask;
@@ -21,7 +21,10 @@
 //   pack), which a step takes when a scale of the warp's would not be a finite bf16 multiplier.
 //   e4m3 NaN codes (0x7F, 0xFF; quantization never produces them from finite weights) read as
 //   finite on the bf16 route;
-// - the scale bytes come with the step's loads and are turned into the multiplier by a shift.
+// - the scale bytes come with the step's loads and are turned into the multiplier by a shift;
+// - the weight loads ask L2 for the 256 bytes around them (longer DRAM bursts per row), and a
+//   grouped block reads its expert in two rounds of loads (count and entry, then the position
+//   range and the weights' addresses), not four.
 // The reduction order inside a step is a permutation of k shared by both operands: lane (g, c)
 // loads the contiguous bytes of chunk c of its rows g and g + 8, and its fragment slots for
 // logical k 2c, 2c+1, 2c+8, 2c+9 of sub-step j take the chunk's physical k ts_pick lists. The
@@ -42,8 +45,8 @@
 #define TS_WARPS 16
 #define TS_ROWS K_TCS_ROWS // output rows per block (128): 8 groups of 16, each taken by two warps
 #define TS_NP 8       // positions per pass, at most
-#define TS_LANE_BYTES 128 // weight bytes a lane has in flight: TS_U steps of 32 (64 for the pair)
-#define TS_KQ 1024    // staged columns come in multiples of this (of the ring's 2 x TS_U steps: a chunk starts at slot 0)
+#define TS_LANE_BYTES 128 // weight bytes a lane has in flight: U steps of 32 (64 for the pair)
+#define TS_KQ 1024    // staged columns come in multiples of this (of the ring's 2 U steps: a chunk starts at slot 0)
 #define TS_SMEM (200 << 10)
 
 // 32-bit row offsets: a weight below 4 GB.
@@ -105,6 +108,14 @@ template <int KIND, bool F32> __device__ __forceinline__ uint32_t ts_mult(uint32
     uint32_t b = __float_as_uint(__uint_as_float(r) * (KIND == KW_FP8 ? 0x1p120f : 0x1p126f));
     fast &= (b & 0xFFFFu) == 0 && (b & 0x7F800000u) != 0x7F800000u;
     return (b >> 16) * 0x10001u;
+}
+
+// 16 weight bytes, read-only for the kernel's life; L2 fetches the 256 bytes around them from
+// DRAM (a row's next steps: longer bursts per row, -2% at one position, -7% for the experts' w1 + w3).
+__device__ __forceinline__ uint4 ts_ld(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
 }
 
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t p, uint32_t m) {
@@ -196,7 +207,7 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
         for (int mi = 0; mi < NM; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                raw[UI][mi][h] = ok ? __ldg((const uint4 *)(wp[mi][h] + UI * RB)) : make_uint4(0, 0, 0, 0);
+                raw[UI][mi][h] = ok ? ts_ld(wp[mi][h] + UI * RB) : make_uint4(0, 0, 0, 0);
                 sraw[UI][mi][h] = !ok ? 0u : F32 ? __ldg((const unsigned *)(sp[mi][h] + UI * RS)) : __ldg(sp[mi][h] + UI * RS);
             }
     }
@@ -210,16 +221,17 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
         left -= U * 2 * F::step;
     }
 
-    // The ring's first U steps from column k0 of rows r[h] of the weights w[mi] (khi: the
-    // reduction's end), wp then a round ahead.
-    __device__ __forceinline__ void prologue(const kw_t *const (&w)[NM], const int64_t (&r)[2], int64_t k0, int64_t khi) {
-        int64_t kl = k0 + kh * F::step + c * F::ept, ncb = (w[0]->cols + 31) >> 5;
+    // The ring's first U steps from column k0 of rows r[h] of the weights whose bytes and scales
+    // start at wd[mi], ws[mi] (layout: lay's; khi: the reduction's end), wp then a round ahead.
+    __device__ __forceinline__ void prologue(const uint8_t *const (&wd)[NM], const uint8_t *const (&ws)[NM], const kw_t &lay,
+                                             const int64_t (&r)[2], int64_t k0, int64_t khi) {
+        int64_t kl = k0 + kh * F::step + c * F::ept, ncb = (lay.cols + 31) >> 5;
 #pragma unroll
         for (int mi = 0; mi < NM; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                wp[mi][h] = w[mi]->data + (r[h] * w[mi]->cols + kl) / (KIND == KW_FP8 ? 1 : 2);
-                sp[mi][h] = w[mi]->scale + (r[h] / w[mi]->block_rows * ncb + (kl >> 5)) * (F32 ? 4 : 1);
+                wp[mi][h] = wd[mi] + (r[h] * lay.cols + kl) / (KIND == KW_FP8 ? 1 : 2);
+                sp[mi][h] = ws[mi] + (r[h] / lay.block_rows * ncb + (kl >> 5)) * (F32 ? 4 : 1);
             }
         left = (int)(khi - kl);
         ring_fill();
@@ -328,13 +340,21 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
     __shared__ int64_t xoff[TS_NP];
     typedef ts_warp<KIND, TERMS, PAIR, F32> W;
     const int NM = W::NM, NA = W::NA;
-    int grp = 0, split = blockIdx.y;
+    int split = blockIdx.y;
     int64_t pb = 0, pe = a.m;
-    if (a.wtab) {
+    const uint8_t *wd[NM], *ws[NM]; /* the weights' bytes and scales */
+#pragma unroll
+    for (int mi = 0; mi < NM; mi++) wd[mi] = mi ? a.w_pair.data : a.w.data, ws[mi] = mi ? a.w_pair.scale : a.w.scale;
+    if (a.wtab) { /* active has max_active entries (those past the count unset: read, not used) */
         pdl_wait(); /* the expert lists come from the kernel before */
-        if ((int)blockIdx.z >= a.counts[0]) return;
-        grp = a.active[blockIdx.z];
+        int n_active = a.counts[0], grp = a.active[blockIdx.z];
+        if ((int)blockIdx.z >= n_active) return;
         pb = a.offsets[grp], pe = a.offsets[grp + 1];
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++) {
+            const kw_t *e = &(mi ? a.wtab2 : a.wtab)[grp];
+            wd[mi] = e->data, ws[mi] = e->scale;
+        }
     }
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ldx = kcw + 16;
     int64_t o0 = (int64_t)blockIdx.x * TS_ROWS + (warp & 7) * 16;
@@ -344,12 +364,9 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
     st.c = lane & 3, st.kh = warp >> 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) r[h] = a.row0 + min(o0 + g + 8 * h, a.n - 1);
-    const kw_t *w[NM];
-#pragma unroll
-    for (int mi = 0; mi < NM; mi++) w[mi] = a.wtab ? &(mi ? a.wtab2 : a.wtab)[grp] : mi ? &a.w_pair : &a.w;
     for (int64_t p0 = pb; p0 < pe; p0 += npass) {
         int np = (int)min((int64_t)npass, pe - p0), nq = (np * TERMS + 7) >> 3;
-        st.prologue(w, r, klo, khi); /* the ring: the warp's first U steps */
+        st.prologue(wd, ws, a.w, r, klo, khi); /* the ring: the warp's first U steps */
         pdl_begin(); /* dense: the ring's first fetches (weights only) went before it; later passes: no-ops */
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
