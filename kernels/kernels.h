@@ -212,16 +212,14 @@ typedef struct {
 } ix_args_t;
 /* scores[b][j] = the score of entry j for j < nvis(b), -inf beyond. */
 cudaError_t k_indexer_score(const ix_args_t *a, cudaStream_t s);
-/* Block scores: bs[b][blk] = max of the row's visible scores in blk, the newest block +inf. */
-cudaError_t k_block_scores(float *bs, int64_t nb_max, const ix_args_t *a, int block_size, cudaStream_t s);
-/* Entries outside the row's candidate blocks (blocks row `row`: ascending ids, -1 padded) become -inf. */
-cudaError_t k_mask_blocks(const ix_args_t *a, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
-                          cudaStream_t s);
-/* Top-k per row of sc (row b has nvis(b) entries, divided up to blocks of `block` when block >
- * 0) into out row `row`: the ids of the k largest finite scores, ties to the lower id,
- * ascending, -1 padded. */
-cudaError_t k_topk(int32_t *out, int64_t ldo, int k, const float *sc, int64_t lds, const ix_args_t *a, int block,
-                   cudaStream_t s);
+/* Top-k per row of sc (row b has nvis(b) entries) into out row `row`: the ids of the k largest
+ * finite scores, ties to the lower id, ascending, -1 padded. block > 0 (level 1 of the two-level
+ * top-k): sc row b (lds >= its block count) first receives the block scores, the max of each
+ * `block` visible scores of a->scores, the newest block +inf, and the top-k is over those.
+ * blocks != NULL (level 2): entries of sc outside the row's candidate blocks (blocks row `row`:
+ * nblocks ascending ids of block_size entries, -1 padded) first become -inf. */
+cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64_t lds, const ix_args_t *a, int block,
+                   const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size, cudaStream_t s);
 
 /* ---- tensor cores for prefill attention and indexer scores (bf16_pieces.cu, attention_tc.cu,
  * indexer_tc.cu) ----------------------------------------------------------------------------

@@ -246,12 +246,12 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
     if (blocks_out) {
         int64_t nb = (nk_max + block_size - 1) / block_size;
         bs = cu_scratch(c, (size_t)(m * (nb ? nb : 1)) * 4);
-        CU(k_block_scores(bs, nb, &a, block_size, c->stream));
-        CU(k_topk(I(*blocks_out) + r0 * blocks_out->ld, blocks_out->ld, (int)blocks_out->cols, bs, nb, &a, block_size, c->stream));
+        CU(k_topk(I(*blocks_out) + r0 * blocks_out->ld, blocks_out->ld, (int)blocks_out->cols, bs, nb, &a, block_size, NULL, 0,
+                  0, 0, c->stream));
     }
-    if (blocks_in)
-        CU(k_mask_blocks(&a, I(*blocks_in) + r0 * blocks_in->ld, blocks_in->ld, blocks_in->cols, block_size, c->stream));
-    CU(k_topk(I(sel) + r0 * sel.ld, sel.ld, (int)sel.cols, a.scores, nk_max, &a, 0, c->stream));
+    const int32_t *cand = blocks_in ? I(*blocks_in) + r0 * blocks_in->ld : NULL; /* level 2: masked in the top-k's launch */
+    CU(k_topk(I(sel) + r0 * sel.ld, sel.ld, (int)sel.cols, a.scores, nk_max, &a, 0, cand, blocks_in ? blocks_in->ld : 0,
+              blocks_in ? blocks_in->cols : 0, block_size, c->stream));
     cu_prof_end(c);
     cu_release_scratch(c, a.scores);
     if (bs) cu_release_scratch(c, bs);

@@ -686,6 +686,8 @@ static void test_indexer(void) {
     indexer_case(3, 32, 37, 5, 3, 4, 6, 20, 2);
     indexer_case(3, 32, 37, 5, 3, 4, 6, 30, 1);
     indexer_case(32, 128, 3000, 512, 64, 8, 3, 2990, 1);  /* V4.1 head shapes, ids above 1024 */
+    indexer_case(32, 128, 3000, 512, 64, 8, 1, 2990, 1);  /* one query row (decode): 16-key tiles */
+    indexer_case(32, 128, 600, 512, 64, 8, 1, 590, 1);    /* 8-key tiles */
     indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
     indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
     /* tensor cores (32 rows or more): rows past the last tile, part tiles, several rows a block */
@@ -783,7 +785,7 @@ static void test_tc_spans(void) {
 }
 
 static void test_router(void) {
-    int cases[][3] = {{5, 9, 3}, {50, 384, 6}};
+    int cases[][3] = {{5, 9, 3}, {50, 384, 6}, {1, 384, 6}, {3, 4000, 8} /* a row a block */};
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
         int m = cases[t][0], E = cases[t][1], k = cases[t][2];
         float *u = t_rand_vec((size_t)(m * E), 3.0f), *bias = t_rand_vec((size_t)E, 0.5f);
