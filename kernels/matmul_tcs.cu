@@ -112,9 +112,12 @@ template <int KIND, bool F32> __device__ __forceinline__ uint32_t ts_mult(uint32
 
 // 16 weight bytes, read-only for the kernel's life; L2 fetches the 256 bytes around them from
 // DRAM (a row's next steps: longer bursts per row, -2% at one position, -7% for the experts' w1 + w3).
+// volatile: the callers load only inside the reduction (ok ? ts_ld(p) : 0), and a plain asm is a
+// pure expression to the compiler, which then issued it unconditionally, past the weight's end
+// (compute-sanitizer, device run 13 of this pass).
 __device__ __forceinline__ uint4 ts_ld(const uint8_t *p) {
     uint4 v;
-    asm("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 
