@@ -1,6 +1,7 @@
 /* The tensor-core matmuls alone (issue 5): every dense FP8 projection of a V4.1-Flash layer
  * and the routed experts' grouped FP4 matmuls, on the shapes of an N-token prefill (default
- * 8192) or, below 33 positions, of a decode step (matmul_tcs), in each precision of the
+ * 8192) or, below 33 positions, of a decode step (matmul_tcs; the BF16 head and router gate on
+ * the CUDA cores, matmul_simt), in each precision of the
  * tensor-core activations, with TFLOP/s (2 m n k over the time of a call, the conversion of
  * the activations included) against the device's cuBLASLt ceilings, and GB/s (the weight
  * bytes a call reads, scales included; experts: the distinct routed ones) for decode.
@@ -76,14 +77,16 @@ static void run_moe(backend_t *bk, void *ctx) {
     bk->moe(bk, m->out, m->x, m->idx, m->wt, m->experts, m->E, NULL, 10.0f);
 }
 
-static void dense_point(backend_t *bk, const shape_t *s, int64_t M, int reps, const char *prec) {
+/* bf16: a BF16 weight (the CUDA cores' matmul) instead of FP8. */
+static void dense_point(backend_t *bk, const shape_t *s, bool bf16, int64_t M, int reps, const char *prec) {
     int64_t n = s->n * s->groups, kx = s->k * s->groups;
     dense_t d = {bk->alloc(bk, BK_F32, M, n), bk->alloc(bk, BK_F32, M, kx), NULL, s->groups};
-    d.w = backend_cuda_random_weight(bk, WQ_FP8, n, s->k, 0.05f, false, seed++);
+    d.w = backend_cuda_random_weight(bk, bf16 ? WQ_BF16 : WQ_FP8, n, s->k, 0.05f, false, seed++);
     backend_cuda_fill(bk, d.x, -1.0f, 1.0f, seed++);
     double ms = time_ms(bk, run_dense, &d, reps), flops = 2.0 * M * n * s->k;
     printf("| %-22s | %6s | %5lld | %5lld | %5lld | %8.4f | %6.0f | %5.0f |\n", s->name, prec, (long long)M, (long long)n,
-           (long long)s->k, ms, flops / (ms * 1e-3) / 1e12, weight_bytes(false, n, s->k) / (ms * 1e-3) / 1e9);
+           (long long)s->k, ms, flops / (ms * 1e-3) / 1e12,
+           (bf16 ? 2.0 * n * s->k : weight_bytes(false, n, s->k)) / (ms * 1e-3) / 1e9);
     bk->unbind(bk, d.w);
     bk->release(bk, &d.out), bk->release(bk, &d.x);
 }
@@ -126,6 +129,7 @@ int main(int argc, char **argv) {
         {"wo_a (8 groups)", 1024, 4096, 8}, {"wo_b", 5120, 8192, 1}, {"indexer wq_b", 4096, 1280, 1},
         {"shared w1 / w3", 2304, 5120, 1}, {"shared w2", 5120, 2304, 1}, {"engram wkv", 25600, 6144, 1},
     };
+    static const shape_t bf16_shapes[] = {{"head (bf16)", 129280, 5120, 1}, {"router gate (bf16)", 384, 5120, 1}};
     int64_t E = 384, D = 5120, I = 2304, K = 6;
     moe_t mo = {0};
     moe = moe && wanted(only, "moe");
@@ -170,7 +174,9 @@ int main(int argc, char **argv) {
         if (pr == CUDA_FP32) die("--precisions takes bf16, bf16x2 and bf16x3");
         backend_cuda_precision(bk, pr);
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-            if (wanted(only, shapes[i].name)) dense_point(bk, &shapes[i], M, (int)reps, p);
+            if (wanted(only, shapes[i].name)) dense_point(bk, &shapes[i], false, M, (int)reps, p);
+        for (size_t i = 0; i < sizeof bf16_shapes / sizeof *bf16_shapes; i++)
+            if (wanted(only, bf16_shapes[i].name)) dense_point(bk, &bf16_shapes[i], true, M, (int)reps, p);
         if (moe) moe_point(bk, &mo, M, D, I, (int)(reps < 5 ? reps : 5), p);
     }
     free(copy);

@@ -5,10 +5,12 @@
 // positions costs ceil(np * pieces / 8) instructions per 16 x 16 weights; a position's pieces
 // are added after the reduction. A block of 16 warps takes 128 output rows of one expert: two
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
-// order at the end. A warp streams its rows 16 bytes per row and lane a step. At one position
-// the kernel was bound by instruction issue, not by DRAM latency (ncu, decode step: ~200
-// instructions per 1 KB a warp consumed, 56% of issue slots, DRAM 37%; now ~100 and 38%), so a
-// step costs as few instructions as the format allows:
+// order at the end (experts whose blocks fill less than one wave: 14 to 8 warps, 112 to 64
+// rows, so that more SMs stream; a row's sum does not depend on its block). A warp streams its
+// rows 16 bytes per row and lane a step. At one position the kernel was bound by instruction
+// issue, not by DRAM latency (ncu, decode step: ~200 instructions per 1 KB a warp consumed, 56%
+// of issue slots, DRAM 37%; now ~100 and 38%), so a step costs as few instructions as the
+// format allows:
 // - the loads of the warp's next U steps (TS_LANE_BYTES, 128 bytes a lane: 4 steps, 2 for the
 //   pair) are in flight, each in its own ring slot: the loop takes U steps unrolled, slot u
 //   always holding the steps u mod U (no moves), and each slot is refilled once consumed;
@@ -43,7 +45,7 @@
 #include "common.cuh"
 
 #define TS_WARPS 16
-#define TS_ROWS K_TCS_ROWS // output rows per block (128): 8 groups of 16, each taken by two warps
+#define TS_ROWS K_TCS_ROWS // output rows per block (128): 8 groups of 16, each taken by two warps (experts: 4 to 8 groups)
 #define TS_NP 8       // positions per pass, at most
 #define TS_LANE_BYTES 128 // weight bytes a lane has in flight: U steps of 32 (64 for the pair)
 #define TS_KQ 1024    // staged columns come in multiples of this (of the ring's 2 U steps: a chunk starts at slot 0)
@@ -336,9 +338,9 @@ template <bool PAIR> __device__ __forceinline__ void ts_emit(const mm_args_t &a,
 }
 
 // kcw: staged columns per chunk (a multiple of TS_KQ); rows of kcw + 16 elements (four rows'
-// 32-byte words in distinct banks).
+// 32-byte words in distinct banks). ng: the block's groups of 16 rows (8, dense; 2 ng warps).
 template <int KIND, int TERMS, bool PAIR, bool F32>
-__global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, int npass, int kcw) {
+__global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, int npass, int kcw, int ng) {
     extern __shared__ __align__(16) __nv_bfloat16 xs[]; // [TERMS][npass][kcw + 16]; the epilogue's sums after a pass
     __shared__ int64_t xoff[TS_NP];
     typedef ts_warp<KIND, TERMS, PAIR, F32> W;
@@ -359,12 +361,12 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
             wd[mi] = e->data, ws[mi] = e->scale;
         }
     }
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ldx = kcw + 16;
-    int64_t o0 = (int64_t)blockIdx.x * TS_ROWS + (warp & 7) * 16;
-    int64_t klo = (int64_t)split * a.split_k, xg = a.x_group_n ? (int64_t)blockIdx.x * TS_ROWS / a.x_group_n * a.k : 0;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, ldx = kcw + 16, rows = 16 * ng;
+    int64_t o0 = (int64_t)blockIdx.x * rows + (warp % ng) * 16;
+    int64_t klo = (int64_t)split * a.split_k, xg = a.x_group_n ? (int64_t)blockIdx.x * rows / a.x_group_n * a.k : 0;
     int64_t khi = a.splits > 1 ? min(a.k, klo + a.split_k) : a.k, r[2];
     W st;
-    st.c = lane & 3, st.kh = warp >> 3;
+    st.c = lane & 3, st.kh = warp / ng;
 #pragma unroll
     for (int h = 0; h < 2; h++) r[h] = a.row0 + min(o0 + g + 8 * h, a.n - 1);
     for (int64_t p0 = pb; p0 < pe; p0 += npass) {
@@ -403,17 +405,17 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
                     if (ci < npt) red[((warp * NM + mi) * 16 + g + (i >> 1) * 8) * npt + ci] = v;
                 }
         __syncthreads();
-        for (int i = threadIdx.x; i < 8 * 16 * np; i += blockDim.x) {
+        for (int i = threadIdx.x; i < ng * 16 * np; i += blockDim.x) {
             int r = i & 15, p = (i >> 4) % np, grp16 = (i >> 4) / np;
             float v[NM];
 #pragma unroll
             for (int mi = 0; mi < NM; mi++) {
-                const float *s0 = red + ((grp16 * NM + mi) * 16 + r) * npt + p * TERMS, *s1 = s0 + 8 * NM * 16 * npt;
+                const float *s0 = red + ((grp16 * NM + mi) * 16 + r) * npt + p * TERMS, *s1 = s0 + ng * NM * 16 * npt;
                 v[mi] = s0[0] + s1[0];
 #pragma unroll
                 for (int t = 1; t < TERMS; t++) v[mi] += s0[t] + s1[t];
             }
-            int64_t o = (int64_t)blockIdx.x * TS_ROWS + grp16 * 16 + r;
+            int64_t o = (int64_t)blockIdx.x * rows + grp16 * 16 + r;
             if (o >= a.n) continue;
             if (a.partial) /* split: this split's sums, added by the row block's last block */
 #pragma unroll
@@ -423,8 +425,8 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         }
     }
     if (a.partial) {
-        int64_t ob = (int64_t)blockIdx.x * TS_ROWS;
-        splitk_finish_with<NM>(a, blockIdx.x, 0, a.m, ob, min(a.n, ob + TS_ROWS),
+        int64_t ob = (int64_t)blockIdx.x * rows;
+        splitk_finish_with<NM>(a, blockIdx.x, 0, a.m, ob, min(a.n, ob + rows),
                                [&](int64_t p, int64_t o, const float *v) { ts_emit<PAIR>(a, p, o, v); });
     }
 }
@@ -435,6 +437,16 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
 static int ts_chunk(int64_t k, int terms, int npass) {
     int64_t most = (TS_SMEM / (2 * terms * npass) - 16) / TS_KQ * TS_KQ, need = (k + TS_KQ - 1) / TS_KQ * TS_KQ;
     return (int)(need < most ? need : most > TS_KQ ? most : TS_KQ);
+}
+
+// Groups of 16 rows a block takes: 8, or for experts whose blocks fill less than one wave (a
+// block per SM) the fewest down to 4 that still fit one (one position, w1 + w3 of 2304 rows
+// for 6 experts: 126 blocks of 112 rows instead of 108 of 128).
+static int ts_groups(const mm_args_t *a) {
+    int ng = 8;
+    if (a->wtab)
+        while (ng > 4 && ceil_div(a->n, 16 * (ng - 1)) * a->max_active <= a->sms) ng--;
+    return ng;
 }
 
 template <int KIND, int TERMS, bool PAIR, bool F32>
@@ -448,8 +460,9 @@ static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
         if (e != cudaSuccess) return e;
         raised = true;
     }
-    dim3 grid((unsigned)ceil_div(a->n, TS_ROWS), (unsigned)a->splits, a->wtab ? (unsigned)a->max_active : 1);
-    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR, F32>, grid, TS_WARPS * 32, stage > red ? stage : red, s, *a, npass, kcw);
+    int ng = ts_groups(a);
+    dim3 grid((unsigned)ceil_div(a->n, 16 * ng), (unsigned)a->splits, a->wtab ? (unsigned)a->max_active : 1);
+    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR, F32>, grid, 64 * ng, stage > red ? stage : red, s, *a, npass, kcw, ng);
 }
 
 template <int KIND, bool PAIR, bool F32>

@@ -1153,7 +1153,8 @@ static void test_tc_batch_invariance(void) {
  * (bf16x3 / bf16x2: within fp32 / 16-bit rounding of the activations, the FP8 weights' large
  * products cancelling, the reduction of 4192 up to 1.01e-4 with limit 0.7; bf16: the reference
  * with the same bf16 roundings), outputs poisoned, and each row alone gives the batched bits
- * (passes of one position instead of eight). */
+ * (passes of one position instead of eight; blocks of 64 rows for 224 and 160 outputs, and
+ * for I 2784 of 112 rows alone, of 128 batched, the last block part filled). */
 static void test_moe_tcs(void) {
     enum { M = 9, K = 5, E = 9 };
     struct {
@@ -1164,7 +1165,7 @@ static void test_moe_tcs(void) {
     } cases[] = {
         {WQ_FP4, 224, 160, CUDA_BF16X3, 1e-4}, {WQ_FP8, 224, 160, CUDA_BF16X3, 1e-4}, {WQ_FP4, 4192, 96, CUDA_BF16X3, 3e-4},
         {WQ_FP4, 224, 160, CUDA_BF16X2, 1e-3}, {WQ_FP8, 224, 160, CUDA_BF16X2, 1e-3}, {WQ_FP4, 224, 160, CUDA_BF16, 5e-3},
-        {WQ_FP8, 160, 224, CUDA_BF16, 5e-3},
+        {WQ_FP8, 160, 224, CUDA_BF16, 5e-3},   {WQ_FP4, 224, 2784, CUDA_BF16X3, 1e-4},
     };
     int32_t idx[M * K];
     int fill[M] = {0};
