@@ -59,7 +59,7 @@ typedef struct {
     float *partial;
     unsigned *counters;
     int64_t pos_chunk;
-    int sms;            /* CUDA cores: the GPU's multiprocessors (blocks loop over output groups, one wave in all) */
+    int sms;            /* the GPU's multiprocessors: the CUDA-core grid (one wave in all) and matmul_tcs's rows per expert block */
     int64_t x_group_n;
     int x_vec;
     /* tensor cores: the activations as act_terms bf16 pieces (k_matmul_tc_x_bytes of device
