@@ -70,6 +70,15 @@ __device__ __forceinline__ void prefetch_l2(const void *p, int64_t n, int lane, 
 
 __device__ __forceinline__ float bits_f(uint32_t u) { return __uint_as_float(u); }
 
+// A float's order-preserving integer key (larger float, larger key; -0 below +0, NaN by its
+// bits): for radix selection and integer reductions over floats. float_of_order_key inverts it.
+__device__ __forceinline__ uint32_t order_key(float v) {
+    uint32_t u = __float_as_uint(v);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+__device__ __forceinline__ float float_of_order_key(uint32_t k) { return __uint_as_float(k & 0x80000000u ? k & 0x7FFFFFFFu : ~k); }
+
 // ---- decoders (lib/dequant.c) -------------------------------------------------------------
 __device__ __forceinline__ float e4m3_f(uint8_t b) {
     uint32_t e = (b >> 3) & 15, m = b & 7, sign = (uint32_t)(b & 0x80) << 24;

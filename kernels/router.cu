@@ -11,11 +11,7 @@
 __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Larger for a larger value (+0 for -0: they tie); 0 for none (NaN or chosen).
-__device__ __forceinline__ uint32_t rank_key(float v) {
-    if (isnan(v)) return 0;
-    uint32_t u = __float_as_uint(v + 0.0f);
-    return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
+__device__ __forceinline__ uint32_t rank_key(float v) { return isnan(v) ? 0 : order_key(v + 0.0f); }
 
 // The best of this lane's experts e = lane, lane + 32, ...: the largest key, the lowest expert.
 __device__ __forceinline__ void lane_best(const float *v, int E, int lane, uint32_t *key, int *e_best) {

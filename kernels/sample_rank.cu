@@ -31,12 +31,7 @@
 // Order-preserving code of a logit (larger logit, larger code; NaN as -inf, -0 as +0).
 __device__ __forceinline__ uint32_t rk_code(float l) {
     if (isnan(l)) l = -INFINITY;
-    uint32_t b = __float_as_uint(l == 0.0f ? 0.0f : l);
-    return b & 0x80000000u ? ~b : b | 0x80000000u;
-}
-
-__device__ __forceinline__ float rk_logit(uint32_t code) {
-    return __uint_as_float(code & 0x80000000u ? code & 0x7FFFFFFFu : ~code);
+    return order_key(l == 0.0f ? 0.0f : l);
 }
 
 __global__ void __launch_bounds__(RK_THREADS) rank_keys_kernel(uint64_t *keys, const float *logits, int64_t ld, int64_t V,
@@ -66,7 +61,7 @@ struct rk_shared {
 
 // p of the token with sorted key k.
 __device__ __forceinline__ double rk_p(uint64_t k, int id_bits, double temperature, double mx) {
-    return exp(pk_z(rk_logit(~(uint32_t)(k >> id_bits)), temperature) - mx);
+    return exp(pk_z(float_of_order_key(~(uint32_t)(k >> id_bits)), temperature) - mx);
 }
 
 // Walks ranks [0, n) accumulating p in rank order; returns the first rank whose cumulative mass is
@@ -132,7 +127,7 @@ __global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *k
         if (threadIdx.x == 0) out[pr.slot] = -1;
         return;
     }
-    double mx = pk_z(rk_logit(~(uint32_t)(k[0] >> id_bits)), pr.temperature);
+    double mx = pk_z(float_of_order_key(~(uint32_t)(k[0] >> id_bits)), pr.temperature);
     if (!isfinite(mx)) {
         if (threadIdx.x == 0) out[pr.slot] = -2;
         return;
@@ -148,7 +143,10 @@ __global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *k
         if (threadIdx.x == 0) sh.at = rk_min_p(k, n, id_bits, pr.temperature, mx, pr.min_p);
         __syncthreads();
         int64_t kept = sh.at;
-        if (kept < n) n = kept, rk_cross(sh, k, n, id_bits, pr.temperature, mx, INFINITY, false, &total);
+        if (kept < n) { /* fewer tokens: their mass again */
+            n = kept;
+            rk_cross(sh, k, n, id_bits, pr.temperature, mx, INFINITY, false, &total);
+        }
     }
     double cum;
     int64_t at = rk_cross(sh, k, n, id_bits, pr.temperature, mx, pr.u * total, true, &cum);

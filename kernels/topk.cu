@@ -12,11 +12,6 @@
 
 #define TK_THREADS 1024
 
-__device__ __forceinline__ uint32_t order_key(float v) {
-    uint32_t u = __float_as_uint(v);
-    return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-
 // Level 1: bs[blk] = max of the row's visible scores in blk, the newest block pinned (+inf).
 __device__ void block_scores_row(float *bs, int64_t nb, const float *scores, int64_t nvis, int block_size) {
     for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
