@@ -16,7 +16,7 @@ _Static_assert(sizeof(logprob_out_t) == sizeof(frame_logprob_t) && K_MAX_TOP == 
 
 #define RANK_ROWS 16
 
-/* The tokens row r's mask allows (every token without one). */
+/* The tokens a mask allows (every token without one). */
 static int64_t allowed_count(const uint32_t *mask, int64_t V) {
     if (!mask) return V;
     int64_t n = 0, words = V / 32;
@@ -25,9 +25,12 @@ static int64_t allowed_count(const uint32_t *mask, int64_t V) {
     return n;
 }
 
-/* Whether sp ranks its tokens (the host sampler's `ranked || selected`). */
-static bool ranks(const sampler_params_t *sp, int64_t allowed) {
-    return !sampler_greedy(sp) && ((sp->top_k > 0 && sp->top_k < allowed) || sp->top_p < 1.0);
+/* Whether sp ranks its tokens (the host sampler's `ranked || selected`), and then how many the
+ * mask allows in *allowed (counted only for such rows: a mask is V / 32 words). */
+static bool ranks(const sampler_params_t *sp, const uint32_t *mask, int64_t V, int64_t *allowed) {
+    if (sampler_greedy(sp) || (sp->top_k <= 0 && sp->top_p >= 1.0)) return false;
+    *allowed = allowed_count(mask, V);
+    return (sp->top_k > 0 && sp->top_k < *allowed) || sp->top_p < 1.0;
 }
 
 /* The ranked rows tab[0..n) in launches of RANK_ROWS. */
@@ -62,13 +65,13 @@ void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sa
     n_masks = 0;
     for (int i = 0; i < n; i++) {
         const sampler_params_t *sp = rows[i].sp;
-        int64_t off = -1, allowed = allowed_count(rows[i].mask, V);
+        int64_t off = -1, allowed = 0;
         if (rows[i].mask) {
             off = n_masks++ * words;
             memcpy(masks + off, rows[i].mask, (size_t)words * sizeof *masks);
         }
         double u = sampler_uniform(sp->seed, rows[i].position);
-        if (ranks(sp, allowed))
+        if (ranks(sp, rows[i].mask, V, &allowed))
             rank[nr++] = (rank_row_t){.temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p, .u = u,
                                       .row = i, .mask_off = off, .top_k = sp->top_k, .allowed = allowed, .slot = i};
         else
