@@ -987,6 +987,13 @@ static void free_experts(experts_t *x) {
     for (int j = 0; j < 3; j++) free_weight(&x->sh[j]);
 }
 
+/* Row r's K experts of E for the invariance tests: (r * step + 3k + r % wobble) mod E, distinct
+ * within a row while 3 (K - 1) < E. */
+static void spread_routes(int32_t *idx, int M, int K, int E, int step, int wobble) {
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++) idx[r * K + k] = (int32_t)((r * step + k * 3 + (r % wobble)) % E);
+}
+
 static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared, bool skewed) {
     bool quant = kind == WQ_FP8 || kind == WQ_FP4;
     experts_t ex;
@@ -1079,8 +1086,7 @@ static void moe_invariance_case(int D, int I) {
     make_experts(&ex, WQ_FP4, E, D, I);
     float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
     int32_t idx[M * K];
-    for (int r = 0; r < M; r++)
-        for (int k = 0; k < K; k++) idx[r * K + k] = (int32_t)((r * 5 + k * 3 + (r % 4)) % E); /* distinct within a row */
+    spread_routes(idx, M, K, E, 5, 4);
     pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K), o = out2(BK_F32, M, D), o1 = out2(BK_F32, M, D);
     int diff = 0;
     for (int lim = 0; lim < 2; lim++) {
@@ -1118,8 +1124,7 @@ static void test_tc_batch_invariance(void) {
     make_experts(&ex, WQ_FP4, E, D, I);
     float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
     int32_t idx[M * K];
-    for (int r = 0; r < M; r++)
-        for (int k = 0; k < K; k++) idx[r * K + k] = (int32_t)((r * 7 + k * 3 + (r % 5)) % E); /* distinct within a row */
+    spread_routes(idx, M, K, E, 7, 5);
     pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K);
     bk_tensor_t o = gpu->alloc(gpu, BK_F32, M, N), oh = gpu->alloc(gpu, BK_F32, H, N);
     bk_tensor_t y = gpu->alloc(gpu, BK_F32, M, D), yh = gpu->alloc(gpu, BK_F32, H, D);
