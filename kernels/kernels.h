@@ -4,8 +4,9 @@
  * elements (the backend's bk_tensor_t); weights stay in their storage format (kw_t, the device
  * copy of a wmat_t) and are dequantized by the kernels that read them.
  *
- * Precision: fp32 everywhere except the tensor-core matmuls against FP8/FP4 weights, whose
- * activations become bf16 operands (one to three pieces) with fp32 accumulation. */
+ * Precision: fp32 everywhere except the tensor-core matmuls (FP8/FP4 weights; BF16 ones at
+ * many positions), whose activations become bf16 operands (one to three pieces) with fp32
+ * accumulation. */
 #ifndef DI_KERNELS_H
 #define DI_KERNELS_H
 
@@ -80,7 +81,7 @@ typedef struct {
 int k_matmul_fast_ok(const kw_t *w);
 cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores (wgmma bf16, sm_90a); FP8/FP4 weights (FP4 with E8M0 scales) with k a multiple of
- * 32, block_cols 32. Blocks of K_TC_ROWS outputs by K_TC_POSITIONS positions (half as many with
+ * 32, block_cols 32, or BF16 weights with k a multiple of 8. Blocks of K_TC_ROWS outputs by K_TC_POSITIONS positions (half as many with
  * three activation pieces); split_k a multiple of 64. */
 #define K_TC_ROWS 128
 #define K_TC_POSITIONS 256

@@ -1,11 +1,12 @@
 // Matmul on the tensor cores (Hopper wgmma, bf16 operands, fp32 accumulation) for FP8 (32x32
-// tiles) and FP4 (1x32 blocks) weights, for many positions (prefill, MoE with 32+ positions per
-// expert on average).
+// tiles), FP4 (1x32 blocks) and BF16 weights, for many positions (prefill, MoE with 32+
+// positions per expert on average, the head and router gates of large decode batches).
 //
 // Roles: the weights are wgmma's 64-row A side, taken from registers: each thread dequantizes
 // its fragment straight from the raw bytes in shared memory (e4m3 through the hardware
 // conversion and an fp32 multiply by the scale; e2m1 by placing the code in a bf16's fields
-// and one bf16 multiply by 2^126 times the power-of-two scale; both exact in bf16). The
+// and one bf16 multiply by 2^126 times the power-of-two scale; both exact in bf16; a BF16
+// weight is its own operand, its bytes only reordered into the fragment). The
 // positions are the N side, read by wgmma from shared memory in the canonical 128-byte
 // swizzle. A block is two warpgroups: 128 weight rows by 256 positions (128 with three pieces,
 // see SEP below), cut into sub-tiles of SW positions (skipped where a tile has fewer).
@@ -21,11 +22,11 @@
 // (two register sets). Every output is one fixed-order sum over its own row and column, so a
 // position's numbers do not depend on the other positions of the launch.
 //
-// The weights' k order inside a 64-block: thread (g, q) of a warp holds bytes 16q..16q+15 of
-// its two rows (FP4: bytes 8q..8q+7); k16 step j takes k = 16q + 4j + {0, 1, 2, 3}, paired in
-// the fragment as (0, 2) for columns 2q, 2q+1 and (1, 3) for 2q+8, 2q+9. So fragment column
-// kk of step j is k = 16 ((kk & 7) >> 1) + 4 j + 2 (kk & 1) + (kk >> 3); tc_split writes the
-// activations in that order.
+// The weights' k order inside a 64-block: thread (g, q) of a warp holds k 16q..16q+15 of its
+// two rows (FP8 bytes 16q..16q+15, FP4 8q..8q+7, BF16 32q..32q+31); k16 step j takes k = 16q
+// + 4j + {0, 1, 2, 3}, paired in the fragment as (0, 2) for columns 2q, 2q+1 and (1, 3) for
+// 2q+8, 2q+9. So fragment column kk of step j is k = 16 ((kk & 7) >> 1) + 4 j + 2 (kk & 1) +
+// (kk >> 3); tc_split writes the activations in that order.
 #include "common.cuh"
 
 #include <type_traits>
@@ -35,17 +36,27 @@
 #define TC_BK 64             // reduction per stage: one 128-byte swizzle row of bf16
 
 extern "C" int k_matmul_tc_ok(const kw_t *w) {
-    return (w->kind == KW_FP8 || (w->kind == KW_FP4 && !w->scale_f32)) && w->cols % 32 == 0 && w->block_cols == 32 &&
-           (uintptr_t)w->data % 16 == 0;
+    bool quant = (w->kind == KW_FP8 || (w->kind == KW_FP4 && !w->scale_f32)) && w->cols % 32 == 0 && w->block_cols == 32;
+    bool bf16 = w->kind == KW_BF16 && w->cols % 8 == 0; // rows of whole 16-byte chunks
+    return (quant || bf16) && (uintptr_t)w->data % 16 == 0;
+}
+
+// Bytes of n weights of a row.
+template <int KIND> __host__ __device__ constexpr int64_t tc_wbytes(int64_t n) {
+    return KIND == KW_FP8 ? n : KIND == KW_FP4 ? n / 2 : 2 * n;
 }
 
 // PT positions per block (TC_BP, or half of it where the pieces past the first take a second
-// accumulator: then three more of the half-size stages, as many bytes in flight).
+// accumulator: then three more of the half-size stages, as many bytes in flight), as many
+// stages as fit in a block's shared memory (BF16's 2-byte weights: 4, or 7 of the half size).
 template <int KIND, int PT> struct tc_cfg {
-    static constexpr int wrow = KIND == KW_FP8 ? 64 : 32; // bytes of a weight row per stage
-    static constexpr int stages = (KIND == KW_FP8 ? 5 : 6) + (PT < TC_BP ? 3 : 0);
+    static constexpr int wrow = (int)tc_wbytes<KIND>(TC_BK); // bytes of a weight row per stage
     static constexpr int bbytes = PT * 128, wbytes = TC_BW * wrow;
+    static constexpr int want = (KIND == KW_FP4 ? 6 : 5) + (PT < TC_BP ? 3 : 0);
+    static constexpr int fit = (227 * 1024 - 1024) / (bbytes + wbytes); // Hopper's most for one block
+    static constexpr int stages = want < fit ? want : fit;
     static constexpr int smem = stages * (bbytes + wbytes) + 1024; // + room to align to the swizzle's 1024 bytes
+    static_assert(stages >= 3, "the pipeline loads two stages ahead of the one in use");
 };
 
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
@@ -197,6 +208,21 @@ __device__ __forceinline__ void deq_fp4(uint2 raw, uint32_t s, uint32_t (&a)[4][
     }
 }
 
+// BF16: k 16q..16q+15 of one row are its bytes 32q..32q+31; step j's k 16q + 4j + {0, 1, 2, 3}
+// go (0, 2) into register r, (1, 3) into r + 2. A quarter warp's rows g, g+1 lie 128 bytes
+// apart, two ways on the same banks: cheap next to the wgmma's own reads of the positions; the
+// conflict-free forms tried (chunks XOR-swizzled by row, a chunk order per thread) made ptxas
+// serialize or fence the wgmma (C7515, C7519).
+__device__ __forceinline__ void frag_bf16(const uint8_t *row, int q, uint32_t (&a)[4][4], int r) {
+    uint4 lo = *(const uint4 *)(row + 32 * q), hi = *(const uint4 *)(row + 32 * q + 16);
+    uint32_t u[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // two k a word, low first
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        a[j][r] = __byte_perm(u[2 * j], u[2 * j + 1], 0x5410);
+        a[j][r + 2] = __byte_perm(u[2 * j], u[2 * j + 1], 0x7632);
+    }
+}
+
 // ---- the matmul ------------------------------------------------------------------------------------
 // Three pieces (SEP): the products of the second and third go to a second accumulator (with
 // half the positions a block, for the registers), added to the first at the end. The tensor
@@ -256,7 +282,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
     uint32_t bdst = rb * 128 + ((bc ^ (rb & 7)) << 4);
 
     // weight loads: 16-byte chunks of the 128 rows' raw bytes
-    int64_t wrow_bytes = KIND == KW_FP8 ? a.k : a.k / 2;
+    int64_t wrow_bytes = tc_wbytes<KIND>(a.k);
     const uint8_t *wsrc[WPT];
     uint32_t wdst[WPT];
     int wk[WPT];
@@ -268,7 +294,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
         wok[i] = o < a.n;
         wsrc[i] = w.data + (a.row0 + (wok[i] ? o : 0)) * wrow_bytes + (k_lo / TC_BK) * C::wrow + cc * 16;
         wdst[i] = r * C::wrow + cc * 16;
-        wk[i] = cc * (KIND == KW_FP8 ? 16 : 32); // first k of the chunk
+        wk[i] = cc * (16 * TC_BK / C::wrow); // first k of the chunk
     }
     auto load_stage = [&](int v) {
         int s = v % S, kb = v / TERMS;
@@ -283,14 +309,16 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
     };
 
     // scales of this thread's two rows (the weight rows past n read row n-1's: their outputs are dropped)
-    const uint8_t *rs[2];
+    const uint8_t *rs[2] = {nullptr, nullptr};
+    if constexpr (KIND != KW_BF16)
 #pragma unroll
-    for (int h = 0; h < 2; h++) rs[h] = row_scales(w, w.scale, a.row0 + min(n0 + lr + 8 * h, a.n - 1));
+        for (int h = 0; h < 2; h++) rs[h] = row_scales(w, w.scale, a.row0 + min(n0 + lr + 8 * h, a.n - 1));
     int64_t ncb = (a.k + 31) / 32;
     auto scale_col = [&](int kb) { return k_lo + kb * TC_BK + q * 16; }; // a k of the thread's 32-block
     float fsc[2] = {0.0f, 0.0f};
     uint32_t bsc[2] = {0, 0};
     auto load_scales = [&](int kb) {
+        if constexpr (KIND == KW_BF16) return;
         int64_t c = scale_col(kb);
         bool ok = kb < nkb && (c >> 5) < ncb;
 #pragma unroll
@@ -327,15 +355,18 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
             cp_async_commit();
             if (t == 0) {
                 const uint8_t *ws = wsm + s * C::wbytes;
-                float f0 = fsc[0], f1 = fsc[1];
-                uint32_t b0 = bsc[0], b1 = bsc[1];
+                [[maybe_unused]] float f0 = fsc[0], f1 = fsc[1];      // FP8
+                [[maybe_unused]] uint32_t b0 = bsc[0], b1 = bsc[1];   // FP4
                 load_scales(kb + 1);
-                if (KIND == KW_FP8) {
+                if constexpr (KIND == KW_FP8) {
                     deq_fp8(*(const uint4 *)(ws + lr * 64 + q * 16), f0, A[SET], 0);
                     deq_fp8(*(const uint4 *)(ws + (lr + 8) * 64 + q * 16), f1, A[SET], 1);
-                } else {
+                } else if constexpr (KIND == KW_FP4) {
                     deq_fp4(*(const uint2 *)(ws + lr * 32 + q * 8), b0, A[SET], 0);
                     deq_fp4(*(const uint2 *)(ws + (lr + 8) * 32 + q * 8), b1, A[SET], 1);
+                } else {
+                    frag_bf16(ws + lr * 128, q, A[SET], 0);
+                    frag_bf16(ws + (lr + 8) * 128, q, A[SET], 1);
                 }
             }
             uint64_t bs = sw128_desc(bsm + s * C::bbytes);
@@ -418,13 +449,15 @@ template <int KIND> static cudaError_t launch_terms(const mm_args_t *a, cudaStre
 }
 
 extern "C" cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s) {
-    if (!k_matmul_tc_ok(&a->w) || a->k % 32 || (a->splits > 1 && a->split_k % TC_BK) || a->x_group_n % TC_BW || !a->tc_x ||
-        a->act_terms < 1)
+    if (!k_matmul_tc_ok(&a->w) || a->k % (a->w.kind == KW_BF16 ? 8 : 32) || (a->splits > 1 && a->split_k % TC_BK) ||
+        a->x_group_n % TC_BW || !a->tc_x || a->act_terms < 1)
         return cudaErrorInvalidValue;
     if (a->n <= 0 || (a->wtab ? a->max_tiles : a->m) <= 0) return cudaSuccess;
     if (a->tc_x_fresh) {
         cudaError_t e = a->act_terms >= 3 ? split<3>(a, s) : a->act_terms == 2 ? split<2>(a, s) : split<1>(a, s);
         if (e != cudaSuccess) return e;
     }
-    return a->w.kind == KW_FP8 ? launch_terms<KW_FP8>(a, s) : launch_terms<KW_FP4>(a, s);
+    return a->w.kind == KW_FP8 ? launch_terms<KW_FP8>(a, s)
+           : a->w.kind == KW_FP4 ? launch_terms<KW_FP4>(a, s)
+                                 : launch_terms<KW_BF16>(a, s);
 }

@@ -10,7 +10,7 @@
  * layer cross the bus; nothing else of the table moves). All work runs on one stream; only
  * download() waits for it.
  *
- * Precision: fp32 storage and arithmetic, except that matmuls against FP8/FP4 weights over
+ * Precision: fp32 storage and arithmetic, except that matmuls against FP8/FP4/BF16 weights over
  * more than 32 positions (prefill, large batches) run on the tensor cores with bf16 operands and
  * fp32 accumulation (see cuda_precision_t). Decode-sized matmuls read the same weights on the
  * CUDA cores in fp32. */

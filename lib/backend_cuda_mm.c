@@ -1,9 +1,9 @@
-/* CUDA matmul and MoE. Path choice: FP8/FP4 weights against more than 32 positions (grouped:
- * 32 per expert on average) run on the tensor cores (bf16 operands, backend_cuda.h's precision),
- * fewer (decode: dense projections, experts, the shared expert with w1, w3 and its activation
- * in one launch) on the tensor cores in passes of 8 positions; everything else (fp32
- * precision, and the F32/BF16 weights the model computes in fp32) on the CUDA cores in fp32,
- * memory-bound. Short outputs with few positions cut the
+/* CUDA matmul and MoE. Path choice: FP8/FP4/BF16 weights against more than 32 positions
+ * (grouped: 32 per expert on average) run on the tensor cores (bf16 operands, backend_cuda.h's
+ * precision), FP8/FP4 against fewer (decode: dense projections, experts, the shared expert with
+ * w1, w3 and its activation in one launch) on the tensor cores in passes of 8 positions;
+ * everything else (fp32 precision, F32 weights, BF16 ones at few positions) on the CUDA cores
+ * in fp32, memory-bound. Short outputs with few positions cut the
  * reduction across blocks (split-K: the last block of a tile adds the partial sums in a fixed
  * order, no extra launch) so that a single decode step fills the GPU. MoE routes on the device: dispatch, grouped up projections,
  * activation, grouped down projection, shared expert, combine; no host round trip. */
@@ -18,7 +18,8 @@
 
 static const char *mm_name(int kind, bool tc, bool tcs) {
     static const char *simt[] = {"matmul f32", "matmul bf16", "matmul fp8 (cuda cores)", "matmul fp4 (cuda cores)"};
-    static const char *tcn[] = {"matmul f32", "matmul bf16", "matmul fp8 (tensor cores)", "matmul fp4 (tensor cores)"};
+    static const char *tcn[] = {"matmul f32", "matmul bf16 (tensor cores)", "matmul fp8 (tensor cores)",
+                                "matmul fp4 (tensor cores)"};
     static const char *tcsn[] = {"matmul f32", "matmul bf16", "matmul fp8 (tensor cores, 8 a pass)",
                                  "matmul fp4 (tensor cores, 8 a pass)"};
     return (tc ? tcn : tcs ? tcsn : simt)[kind & 3];
@@ -28,7 +29,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static bool use_tc(const cuda_t *c, const mm_args_t *a) {
     bool enough = a->wtab ? a->positions >= 32 * a->max_active : a->m >= TC_MIN_POSITIONS;
-    return c->precision != CUDA_FP32 && enough && a->k % 32 == 0 && k_matmul_tc_ok(&a->w);
+    return c->precision != CUDA_FP32 && enough && a->k % (a->w.kind == KW_BF16 ? 8 : 32) == 0 && k_matmul_tc_ok(&a->w);
 }
 
 /* Fewer positions (decode; experts: per expert): the tensor cores in passes of 8 positions, at
