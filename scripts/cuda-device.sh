@@ -11,7 +11,8 @@ export BUILD=${BUILD:-build-cuda} BIN=${BIN:-bin-cuda} OUT=${OUT:-gpu-logs}
 mkdir -p "$OUT"
 # the tools' Debian libraries travel in $BUILD/rt; cuBLAS comes from the machine's toolkit or PyTorch's wheels
 extra=$(ls -d /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH="$PWD/$BUILD/rt:$extra${LD_LIBRARY_PATH:-}"
+rt=$BUILD/rt; [[ $rt == /* ]] || rt=$PWD/$rt
+export LD_LIBRARY_PATH="$rt:$extra${LD_LIBRARY_PATH:-}"
 what=${1:-all}
 shift || true
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; uname -r; } \
