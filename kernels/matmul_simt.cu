@@ -230,6 +230,87 @@ __global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm
     }
 }
 
+// One position against a split reduction (decode's short outputs: the router gates, the
+// compressors): a block per MM_RW output rows and a warp per split, so that no partial sums leave
+// the block (no split-K counter, fences or second pass). Each lane fetches its first weight steps
+// into registers before the kernel's wait (weights do not depend on the kernel before) and reads
+// the position's activations straight from memory (nothing to share: no staging). The bits are
+// mm_simt_kernel's at any number of positions: a lane adds the same 16-column steps in the same
+// order, the warp sums them alike, and the splits are added as splitk_sum_with adds them.
+#define MR_SPLITS 16 // most splits (warps of a block)
+
+template <int KIND> __global__ void __launch_bounds__(32 * MR_SPLITS) mm_rows_kernel(mm_args_t a) {
+    __shared__ float part[MM_RW][MR_SPLITS];
+    const int STEPS = tune_of<KIND, 1>::steps;
+    const bool quant = KIND == KW_FP8 || KIND == KW_FP4;
+    int split = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t o0 = (int64_t)blockIdx.x * MM_RW, k_lo = (int64_t)split * a.split_k;
+    int kn = (int)min(a.split_k, a.k - k_lo);
+    const uint8_t *rs[MM_RW];
+    int64_t wr[MM_RW];
+#pragma unroll
+    for (int j = 0; j < MM_RW; j++) {
+        wr[j] = a.row0 + min(o0 + j, a.n - 1);
+        rs[j] = quant ? row_scales(a.w, a.w.scale, wr[j]) : NULL;
+    }
+    raw16<KIND> raw[STEPS][MM_RW];
+    auto fetch = [&](int kk) {
+#pragma unroll
+        for (int u = 0; u < STEPS; u++)
+            if (kk + u * MM_STEP < kn)
+#pragma unroll
+                for (int j = 0; j < MM_RW; j++) load16<KIND>(raw[u][j], a.w, a.w.data, wr[j], k_lo + kk + u * MM_STEP);
+    };
+    fetch(lane * MM_LANE);
+    pdl_begin();
+    const float *x = a.x + k_lo;
+    float acc[MM_RW];
+#pragma unroll
+    for (int j = 0; j < MM_RW; j++) acc[j] = 0.0f;
+    for (int kk = lane * MM_LANE; kk < kn; kk += STEPS * MM_STEP) {
+        if (kk != lane * MM_LANE) fetch(kk);
+        float xv[STEPS][16];
+#pragma unroll
+        for (int u = 0; u < STEPS; u++) {
+            int e = kk + u * MM_STEP;
+            if (e >= kn) break;
+            if (a.x_vec)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float4 f = __ldg((const float4 *)(x + e) + q);
+                    xv[u][4 * q] = f.x, xv[u][4 * q + 1] = f.y, xv[u][4 * q + 2] = f.z, xv[u][4 * q + 3] = f.w;
+                }
+            else
+#pragma unroll
+                for (int i = 0; i < 16; i++) xv[u][i] = __ldg(x + e + i);
+        }
+#pragma unroll
+        for (int u = 0; u < STEPS; u++) {
+            int e = kk + u * MM_STEP;
+            if (e >= kn) break;
+#pragma unroll
+            for (int j = 0; j < MM_RW; j++) {
+                float wv[16];
+                decode16<KIND>(raw[u][j], quant ? scale_of(rs[j], a.w.scale_f32, k_lo + e) : 1.0f, wv);
+                acc[j] += dot16(wv, xv[u]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MM_RW; j++) {
+        float v = warp_sum(acc[j]);
+        if (lane == 0) part[j][split] = v;
+    }
+    __syncthreads();
+    if (split >= MM_RW || o0 + split >= a.n) return;
+    int lanes = 1; /* splitk_sum_with's grouping: lane l adds splits l, l + lanes, ..., then the lanes pairwise */
+    while (lanes < 32 && 8 * lanes <= a.splits) lanes *= 2;
+    float v = 0.0f;
+    for (int sp = lane; sp < a.splits; sp += lanes) v += part[split][sp];
+    for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);
+    if (lane == 0) a.out[o0 + split] = v;
+}
+
 // One thread per output: any shape and block layout.
 __global__ void mm_plain_kernel(mm_args_t a) {
     pdl_begin();
@@ -310,6 +391,15 @@ extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
         return k_launch(mm_plain_kernel, grid, 128, 0, s, *a);
     }
     if (a->x_group_n % (MM_WARPS * MM_RW)) return cudaErrorInvalidValue; /* an output group within one x block */
+    if (!a->wtab && !a->x_group_n && !a->pos_chunk && !a->x_rows && a->m == 1 && a->splits > 1 && a->splits <= MR_SPLITS) {
+        dim3 grid((unsigned)ceil_div(a->n, MM_RW)), block(32 * a->splits);
+        switch (a->w.kind) {
+        case KW_F32: return k_launch(mm_rows_kernel<KW_F32>, grid, block, 0, s, *a);
+        case KW_BF16: return k_launch(mm_rows_kernel<KW_BF16>, grid, block, 0, s, *a);
+        case KW_FP8: return k_launch(mm_rows_kernel<KW_FP8>, grid, block, 0, s, *a);
+        default: return k_launch(mm_rows_kernel<KW_FP4>, grid, block, 0, s, *a);
+        }
+    }
     unsigned ys = a->pos_chunk ? (unsigned)ceil_div(a->m, a->pos_chunk) : (unsigned)a->splits;
     int64_t ngroups = ceil_div(a->n, MM_WARPS * MM_RW);
     /* positions a block takes per pass: what it can have, or for experts what one has on average */

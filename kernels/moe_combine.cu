@@ -1,36 +1,75 @@
 // Expert combine: each row sums its experts' outputs in ascending expert order (as the CPU
 // backend does), then the shared expert's, in fp32. The row's order is found once per block
-// (a thread per slot ranks it), so each thread's loads of y are independent of one another.
+// (a thread per slot ranks it) while the shared expert's values are in flight; then each thread
+// has the loads of up to MC_BATCH experts' rows in flight at once (of 4 channels when the rows
+// allow 16-byte loads) and adds them in order.
 #include "common.cuh"
 
-#define MC_THREADS 256
+#define MC_THREADS 128
+#define MC_BATCH 8
 
-__global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y,
-                                                                 const int32_t *pos_of, const int32_t *idx, int64_t ldi,
-                                                                 const float *shared, int k, int64_t D) {
+// V consecutive floats at p (16-byte aligned when V is 4).
+template <int V> __device__ __forceinline__ void load_v(const float *p, float v[V]) {
+    if constexpr (V == 4) {
+        float4 f = *(const float4 *)p;
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else
+        v[0] = *p;
+}
+
+template <int V>
+__global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of,
+                                                                 const int32_t *idx, int64_t ldi, const float *shared, int k,
+                                                                 int64_t D) {
     pdl_begin();
-    extern __shared__ int order[]; // the row's positions in ascending (expert, slot), then -1
-    int64_t r = blockIdx.y, d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    extern __shared__ int order[]; // the row's valid positions in ascending (expert, slot), then their count
+    int64_t r = blockIdx.y, d = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V;
     const int32_t *ix = idx + r * ldi, *po = pos_of + r * k;
-    for (int s = threadIdx.x; s < k; s += blockDim.x) order[s] = -1;
-    __syncthreads();
+    float sh[V];
+    if (shared && d < D) load_v<V>(shared + r * D + d, sh);
+    if (k == 0 && threadIdx.x == 0) order[0] = 0;
     for (int s = threadIdx.x; s < k; s += blockDim.x) {
-        if (po[s] < 0) continue;
-        int e = ix[s], rank = 0;
-        for (int t = 0; t < k; t++) rank += po[t] >= 0 && (ix[t] < e || (ix[t] == e && t < s));
-        order[rank] = po[s];
+        int p = po[s], e = ix[s], rank = 0, valid = 0;
+        for (int t = 0; t < k; t++) {
+            int q = po[t], f = ix[t];
+            valid += q >= 0;
+            rank += q >= 0 && (f < e || (f == e && t < s));
+        }
+        if (p >= 0) order[rank] = p;
+        if (s == 0) order[k] = valid;
     }
     __syncthreads();
     if (d >= D) return;
-    float acc = 0.0f;
-    for (int n = 0; n < k && order[n] >= 0; n++) acc += y[(int64_t)order[n] * D + d];
-    if (shared) acc += shared[r * D + d];
-    out[r * ldo + d] = acc;
+    float acc[V];
+#pragma unroll
+    for (int c = 0; c < V; c++) acc[c] = 0.0f;
+    for (int n0 = 0, nv = order[k]; n0 < nv; n0 += MC_BATCH) {
+        float v[MC_BATCH][V];
+#pragma unroll
+        for (int u = 0; u < MC_BATCH; u++)
+            if (n0 + u < nv) load_v<V>(y + (int64_t)order[n0 + u] * D + d, v[u]);
+#pragma unroll
+        for (int u = 0; u < MC_BATCH; u++)
+            if (n0 + u < nv)
+#pragma unroll
+                for (int c = 0; c < V; c++) acc[c] += v[u][c];
+    }
+    if (shared)
+#pragma unroll
+        for (int c = 0; c < V; c++) acc[c] += sh[c];
+    float *o = out + r * ldo + d;
+    if constexpr (V == 4) *(float4 *)o = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    else o[0] = acc[0];
 }
 
 extern "C" cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx,
                                      int64_t ldi, const float *shared, int64_t m, int k, int64_t D, cudaStream_t s) {
     if (m <= 0 || D <= 0) return cudaSuccess;
-    return k_launch(moe_combine_kernel, dim3((unsigned)ceil_div(D, MC_THREADS), (unsigned)m), MC_THREADS, (size_t)k * 4, s,
-                    out, ldo, y, pos_of, idx, ldi, shared, k, D);
+    bool vec = D % 4 == 0 && ldo % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)y % 16 == 0 &&
+               (uintptr_t)shared % 16 == 0;
+    int V = vec ? 4 : 1;
+    dim3 grid((unsigned)ceil_div(D, (int64_t)V * MC_THREADS), (unsigned)m);
+    size_t smem = (size_t)(k + 1) * 4;
+    if (vec) return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, shared, k, D);
+    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, shared, k, D);
 }

@@ -174,6 +174,8 @@ static void test_matmul(void) {
         matmul_case_at(kinds[k], 100, 4000, 8, 0, 100, 0);  /* reduction in several staged chunks */
         matmul_case_at(kinds[k], 70, 6400, 3, 0, 70, 0);
         matmul_case_at(kinds[k], 48, 20000, 1, 0, 48, 0);
+        matmul_case_at(kinds[k], 300, 4096, 1, 3, 271, 0); /* 16 splits added by two lanes, a last block of one row */
+        matmul_case_at(kinds[k], 300, 4096, 1, 3, 271, 2);
     }
 }
 
@@ -274,7 +276,9 @@ static void test_matmul_batch_invariance(void) {
     } cases[] = {{WQ_F32, 24, 20480, CUDA_BF16X3},   {WQ_BF16, 700, 3000, CUDA_BF16X3}, {WQ_FP8, 700, 3000, CUDA_BF16X3},
                  {WQ_FP8, 4240, 7008, CUDA_BF16X3},  {WQ_FP8, 4240, 7008, CUDA_BF16X2}, {WQ_FP8, 4240, 7008, CUDA_BF16},
                  {WQ_FP4, 1300, 5120, CUDA_BF16X3},  {WQ_FP4, 1300, 5120, CUDA_BF16X2}, {WQ_FP8, 1300, 5120, CUDA_BF16},
-                 {WQ_FP8, 700, 3000, CUDA_FP32}};
+                 {WQ_FP8, 700, 3000, CUDA_FP32},     {WQ_BF16, 384, 5120, CUDA_BF16X3} /* the router gate: 10 splits */,
+                 {WQ_BF16, 271, 4096, CUDA_BF16X3} /* 16 splits */, {WQ_F32, 271, 4096, CUDA_BF16X3},
+                 {WQ_FP4, 700, 3000, CUDA_FP32}};
     enum { M = 20 };
     int64_t ms[] = {8, 3, 2, 1};
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
@@ -382,7 +386,9 @@ static void test_hc(void) {
     struct {
         int hc, D, m, iters;
     } cases[] = {{4, 37, 9, 1}, {4, 3037, 9, 20}, {4, 5120, 1, 20} /* decode: 20480 floats, one load each */,
-                 {3, 37, 2, 20} /* Sinkhorn of any hc, 4-byte loads */, {4, 8200, 2, 3} /* two passes of loads */};
+                 {3, 37, 2, 20} /* Sinkhorn of any hc, 4-byte loads */, {4, 8200, 2, 3} /* two passes of loads */,
+                 {3, 1000, 3, 5}, {2, 64, 2, 5} /* expand: hc 2 and 3 with 16-byte loads */,
+                 {6, 200, 2, 5}, {6, 37, 2, 5} /* expand: hc read at run time */};
     for (size_t it = 0; it < DI_ARRAY_LEN(cases); it++) {
         int hc = cases[it].hc, D = cases[it].D, nm = (2 + hc) * hc, m = cases[it].m, iters = cases[it].iters;
         float *X = t_rand_vec((size_t)(m * hc * D), 2.0f), *mixes = t_rand_vec((size_t)(m * nm), 5.0f);
@@ -802,12 +808,14 @@ static void test_tc_spans(void) {
 }
 
 static void test_router(void) {
-    int cases[][3] = {{5, 9, 3}, {50, 384, 6}, {1, 384, 6}, {3, 4000, 8} /* a row a block */};
+    int cases[][3] = {{5, 9, 3}, {50, 384, 6}, {1, 384, 6}, {3, 4000, 8} /* a row a block */, {4, 130, 1},
+                      {2, 513, 33} /* more slots than lanes, experts past one pass of loads */};
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
         int m = cases[t][0], E = cases[t][1], k = cases[t][2];
         float *u = t_rand_vec((size_t)(m * E), 3.0f), *bias = t_rand_vec((size_t)E, 0.5f);
         u[0] = u[1] = 30.0f;
         bias[0] = bias[1] = 0.0f;
+        for (int e = 2; e < E; e += e < 34 ? 32 : 480) u[e] = 29.0f, bias[e] = 0.0f; /* ties a lane meets: 2, 34, 514, ... */
         pair_t tu = putf(u, m, E), tb = putf(bias, 1, E), idx = out2(BK_I32, m, k), wt = out2(BK_F32, m, k);
         for (int norm = 0; norm < 2; norm++) {
             gpu->router(gpu, idx.g, wt.g, tu.g, tb.g, 1.0f, norm, 1.5f);
@@ -1080,6 +1088,7 @@ static void test_moe(void) {
     moe_case(300, 128, 64, 16, 6, WQ_FP4, false, false); /* tensor cores: 32+ positions per expert */
     moe_case(200, 64, 96, 4, 2, WQ_FP4, true, false);
     moe_case(6, 64, 32, 5, 2, WQ_F32, true, false);   /* fp32 experts: exact path */
+    moe_case(4, 68, 32, 12, 10, WQ_F32, true, false); /* combine: 10 slots, more than one batch of loads */
     cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16};
     for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) { /* tensor cores: empty experts, 1 to 300 positions */
         backend_cuda_precision(gpu, precs[pr]);
