@@ -216,6 +216,15 @@ __device__ __forceinline__ void splitk_finish(const mm_args_t &a, int64_t tile, 
     splitk_finish_with<1>(a, tile, p0, p1, o0, o1, [&](int64_t p, int64_t o, const float *v) { a.out[p * a.ldo + o] = v[0]; });
 }
 
+// V consecutive floats at p (16-byte aligned when V is 4): a thread's channels of a row.
+template <int V> __device__ __forceinline__ void load_v(const float *p, float v[V]) {
+    if constexpr (V == 4) {
+        float4 f = *(const float4 *)p;
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else
+        v[0] = *p;
+}
+
 // ---- reductions ------------------------------------------------------------------------------
 // A CUDA-core matmul step: 16 weights times 16 activations added in order (matmul_simt.cu and
 // the fused mHC pre step, whose partial sums must be the same bits).

@@ -8,14 +8,6 @@
 #define HC_MAX 16
 #define HE_THREADS 128
 
-template <int V> __device__ __forceinline__ void load_v(const float *p, float v[V]) {
-    if constexpr (V == 4) {
-        float4 f = *(const float4 *)p;
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else
-        v[0] = *p;
-}
-
 template <int HC, int V>
 __global__ void __launch_bounds__(HE_THREADS) hc_expand_kernel(float *X, int64_t ldx, const float *y, int64_t ldy,
                                                                const float *coef, int64_t ldc, int64_t D, int hc_run) {

@@ -8,14 +8,6 @@
 #define MC_THREADS 128
 #define MC_BATCH 8
 
-// V consecutive floats at p (16-byte aligned when V is 4).
-template <int V> __device__ __forceinline__ void load_v(const float *p, float v[V]) {
-    if constexpr (V == 4) {
-        float4 f = *(const float4 *)p;
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else
-        v[0] = *p;
-}
 
 template <int V>
 __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of,
