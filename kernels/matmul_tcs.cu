@@ -20,7 +20,8 @@
 //   e2m1 codes by a mask, a multiply and a mask (value * 2^-126 each); then times the block
 //   scale times 2^120 or 2^126 as a bf16x2: exact, as the scales are powers of two, the same
 //   bits as the fp32 route (the hardware e4m3 conversion or e2m1_f, the fp32 scale, a bf16
-//   pack), which a step takes when a scale of the warp's would not be a finite bf16 multiplier.
+//   pack), which a pass takes with fp32 scales, or redone from its start when a UE8M0 scale of
+//   the block's has no finite bf16 multiplier (the hot loop holds one route's code).
 //   e4m3 NaN codes (0x7F, 0xFF; quantization never produces them from finite weights) read as
 //   finite on the bf16 route;
 // - the scale bytes come with the step's loads and are turned into the multiplier by a shift;
@@ -98,18 +99,13 @@ template <int H> __device__ __forceinline__ uint32_t e4m3_pair(uint32_t w) {
     return (uint32_t)((int32_t)y >> 4) & 0x87F087F0u;
 }
 
-// The bf16x2 multiplier of a block scale (its bits r: the UE8M0 byte, or fp32 with F32): scale
-// * 2^B twice, B = 120 (e4m3) or 126 (e2m1) undoing the placement's 2^-B; fast stays true only
-// if that is a finite bf16 (UE8M0 byte e: the bf16 exponent field e + B).
-template <int KIND, bool F32> __device__ __forceinline__ uint32_t ts_mult(uint32_t r, bool &fast) {
+// The bf16x2 multiplier of a UE8M0 block scale (its byte r): scale * 2^B twice, B = 120 (e4m3)
+// or 126 (e2m1) undoing the placement's 2^-B (the bf16 exponent field r + B); slow turns true
+// if that is not a finite bf16.
+template <int KIND> __device__ __forceinline__ uint32_t ts_mult(uint32_t r, bool &slow) {
     const uint32_t B = KIND == KW_FP8 ? 120 : 126;
-    if (!F32) {
-        fast &= r <= 254 - B;
-        return ((r + B) << 7) * 0x10001u;
-    }
-    uint32_t b = __float_as_uint(__uint_as_float(r) * (KIND == KW_FP8 ? 0x1p120f : 0x1p126f));
-    fast &= (b & 0xFFFFu) == 0 && (b & 0x7F800000u) != 0x7F800000u;
-    return (b >> 16) * 0x10001u;
+    slow |= r > 254 - B;
+    return ((r + B) << 7) * 0x10001u;
 }
 
 // 16 weight bytes, read-only for the kernel's life; L2 fetches the 256 bytes around them from
@@ -192,18 +188,21 @@ __device__ __forceinline__ void ts_stage(__nv_bfloat16 *xs, int ldx, int npass, 
 
 // A warp's registers: its rows' loads and scale bits of its next U steps (slot u: the steps
 // u mod U of the warp's), its accumulators (sets: even and odd sub-steps with one weight, two
-// chains), where its loads and its B fragments are. F32: fp32 scales, else UE8M0 bytes.
-template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
+// chains; NQM instructions per sub-step at most: fewer registers at one or two positions),
+// where its loads and its B fragments are. F32: fp32 scales, else UE8M0 bytes.
+template <int KIND, int TERMS, bool PAIR, bool F32, int NQM> struct ts_warp {
     typedef ts_fmt<KIND> F;
     static const int NM = PAIR ? 2 : 1, NA = 3 - NM, U = TS_LANE_BYTES / (32 * NM);
     static const int RB = 128, RS = 2 * F::step / 32 * (F32 ? 4 : 1); /* bytes of a row, of its scales, a warp's step apart */
     uint4 raw[U][NM][2];
     uint32_t sraw[U][NM][2]; /* the scales' bits (0 past the reduction, whose weights read as 0) */
-    float acc[NA][NM][TERMS][4];
+    float acc[NA][NM][NQM][4];
     const uint8_t *wp[NM][2], *sp[NM][2]; /* the lane's bytes and scales of rows g, g + 8 for slot 0 a round ahead */
     int left;      /* the reduction's columns from there on (the lane's chunk): a slot's step is in it when > 0 */
+    int rounds;    /* rounds wp moved since the prologue */
     int xq[TERMS]; /* column g of instruction q in xs: piece ci % TERMS of position ci / TERMS, ci = 8q + g */
     int c, kh;     /* the lane's chunk, the warp's steps (kh, kh + 2, ...) */
+    bool slow;     /* a step's scale had no bf16 multiplier (the pass is redone on the fp32 route) */
 
     // Issues the loads of slot UI's step, UI warp steps past wp (zeros past the reduction).
     template <int UI> __device__ __forceinline__ void fetch() {
@@ -224,6 +223,19 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
 #pragma unroll
             for (int h = 0; h < 2; h++) wp[mi][h] += U * RB, sp[mi][h] += U * RS;
         left -= U * 2 * F::step;
+        rounds++;
+    }
+
+    // Back to the prologue's state (the ring refilled): a pass redone (few registers live, not the prologue's inputs).
+    __device__ __forceinline__ void restart() {
+#pragma unroll
+        for (int mi = 0; mi < NM; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) wp[mi][h] -= rounds * U * RB, sp[mi][h] -= rounds * U * RS;
+        left += rounds * U * 2 * F::step;
+        rounds = 0;
+        ring_fill();
+        advance();
     }
 
     // The ring's first U steps from column k0 of rows r[h] of the weights whose bytes and scales
@@ -239,6 +251,7 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
                 sp[mi][h] = ws[mi] + (r[h] / lay.block_rows * ncb + (kl >> 5)) * (F32 ? 4 : 1);
             }
         left = (int)(khi - kl);
+        rounds = 0;
         ring_fill();
         advance();
     }
@@ -249,9 +262,10 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
         }
     }
 
-    // Slot UI with NQ instructions per sub-step, its staged activations at column ks of xs.
-    template <int NQ, int UI, bool FAST>
-    __device__ __forceinline__ void step(const __nv_bfloat16 *xs, int ks, const uint32_t (&m)[NM][2], const float (&sc)[NM][2]) {
+    // A step's weights wr with NQ instructions per sub-step, its staged activations at column ks of xs.
+    template <int NQ, bool FAST>
+    __device__ __forceinline__ void step(const uint4 (&wr)[NM][2], const __nv_bfloat16 *xs, int ks, const uint32_t (&m)[NM][2],
+                                         const float (&sc)[NM][2]) {
         const int SW = F::subs / 4; /* sub-steps per 32-bit word */
 #pragma unroll
         for (int j = 0; j < F::subs; j++) {
@@ -260,7 +274,7 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
             for (int mi = 0; mi < NM; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const uint4 &r = raw[UI][mi][h];
+                    const uint4 &r = wr[mi][h];
                     const int q4 = j / SW;
                     uint32_t w = q4 == 0 ? r.x : q4 == 1 ? r.y : q4 == 2 ? r.z : r.w;
                     if (j % SW) ts_sub<KIND, 1, FAST>(w, m[mi][h], sc[mi][h], lo[mi][h], hi[mi][h]);
@@ -276,45 +290,39 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
         }
     }
 
-    // Consumes slot UI (the bf16 route when every scale of the warp's step allows it, else the
-    // fp32 one).
-    template <int NQ, int UI> __device__ __forceinline__ void consume(const __nv_bfloat16 *xs, int ks) {
-        uint32_t m[NM][2];
+    // Computes a step from its weights and scale bits: FAST, the bf16 route (UE8M0 scales; slow
+    // marks a scale without a bf16 multiplier, whose sums are then discarded), else the fp32 one.
+    // Deciding per pass, not per step, keeps the fp32 route's code out of the hot loop (ncu: the
+    // FP4 kernels stalled on instruction fetch with both routes in every ring slot).
+    template <int NQ, bool FAST>
+    __device__ __forceinline__ void consume(const uint4 (&wr)[NM][2], const uint32_t (&sr)[NM][2], const __nv_bfloat16 *xs, int ks) {
+        uint32_t m[NM][2] = {};
         float sc[NM][2] = {};
-        bool fast = true;
-#pragma unroll
-        for (int mi = 0; mi < NM; mi++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) m[mi][h] = ts_mult<KIND, F32>(sraw[UI][mi][h], fast);
-        if (__builtin_expect(__all_sync(0xFFFFFFFFu, fast), 1)) {
-            step<NQ, UI, true>(xs, ks, m, sc);
-            return;
-        }
 #pragma unroll
         for (int mi = 0; mi < NM; mi++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                uint32_t r = sraw[UI][mi][h];
-                sc[mi][h] = F32 ? __uint_as_float(r) : e8m0_f((uint8_t)r);
+                if constexpr (FAST) m[mi][h] = ts_mult<KIND>(sr[mi][h], slow);
+                else sc[mi][h] = F32 ? __uint_as_float(sr[mi][h]) : e8m0_f((uint8_t)sr[mi][h]);
             }
-        step<NQ, UI, false>(xs, ks, m, sc);
+        step<NQ, FAST>(wr, xs, ks, m, sc);
     }
 
     // The warp's steps at columns ks, ks + 2 step, ... of the staged chunk (slots UI.. onwards,
     // those before kr): each slot consumed, then refilled with the step a round further; then
     // wp a round ahead.
-    template <int NQ, int UI = 0> __device__ __forceinline__ void ring(const __nv_bfloat16 *xs, int ks, int kr) {
+    template <int NQ, bool FAST, int UI = 0> __device__ __forceinline__ void ring(const __nv_bfloat16 *xs, int ks, int kr) {
         if constexpr (UI < U) {
             if (UI > 0 && ks >= kr) return;
-            consume<NQ, UI>(xs, ks);
+            consume<NQ, FAST>(raw[UI], sraw[UI], xs, ks);
             fetch<UI>();
-            ring<NQ, UI + 1>(xs, ks + 2 * F::step, kr);
+            ring<NQ, FAST, UI + 1>(xs, ks + 2 * F::step, kr);
         } else
             advance();
     }
 
     // One pass over the reduction [klo, khi): chunks of kcw columns staged, then the warp's steps streamed.
-    template <int NQ>
+    template <int NQ, bool FAST>
     __device__ __forceinline__ void reduce(const mm_args_t &a, __nv_bfloat16 *xs, int kcw, int npass, const int64_t *xoff, int np,
                                            int64_t klo, int64_t khi) {
         for (int64_t kc = klo; kc < khi; kc += kcw) {
@@ -323,8 +331,21 @@ template <int KIND, int TERMS, bool PAIR, bool F32> struct ts_warp {
             ts_stage<KIND, TERMS>(xs, kcw + 16, npass, a, xoff, np, kc, kn, kr);
             __syncthreads();
 #pragma unroll 1
-            for (int ks = kh * F::step; ks < kr; ks += 2 * U * F::step) ring<NQ>(xs, ks, kr);
+            for (int ks = kh * F::step; ks < kr; ks += 2 * U * F::step) ring<NQ, FAST>(xs, ks, kr);
         }
+    }
+
+    // The pass with nq instructions per sub-step on one route; true if a step's scale wanted the fp32 route.
+    template <bool FAST>
+    __device__ __forceinline__ bool pass(const mm_args_t &a, __nv_bfloat16 *xs, int kcw, int npass, const int64_t *xoff, int np,
+                                         int nq, int64_t klo, int64_t khi) {
+        slow = false;
+#pragma unroll
+        for (int i = 0; i < NA * NM * NQM * 4; i++) (&acc[0][0][0][0])[i] = 0.0f;
+        if (nq == 1 || NQM == 1) reduce<1, FAST>(a, xs, kcw, npass, xoff, np, klo, khi);
+        else if (nq == 2 || NQM == 2) reduce<NQM < 2 ? 1 : 2, FAST>(a, xs, kcw, npass, xoff, np, klo, khi);
+        else reduce<NQM, FAST>(a, xs, kcw, npass, xoff, np, klo, khi);
+        return slow;
     }
 };
 
@@ -339,11 +360,12 @@ template <bool PAIR> __device__ __forceinline__ void ts_emit(const mm_args_t &a,
 
 // kcw: staged columns per chunk (a multiple of TS_KQ); rows of kcw + 16 elements (four rows'
 // 32-byte words in distinct banks). ng: the block's groups of 16 rows (8, dense; 2 ng warps).
-template <int KIND, int TERMS, bool PAIR, bool F32>
+// NQM: instructions per sub-step at most (1, or TERMS: npass TERMS > 8).
+template <int KIND, int TERMS, bool PAIR, bool F32, int NQM>
 __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, int npass, int kcw, int ng) {
     extern __shared__ __align__(16) __nv_bfloat16 xs[]; // [TERMS][npass][kcw + 16]; the epilogue's sums after a pass
     __shared__ int64_t xoff[TS_NP];
-    typedef ts_warp<KIND, TERMS, PAIR, F32> W;
+    typedef ts_warp<KIND, TERMS, PAIR, F32, NQM> W;
     const int NM = W::NM, NA = W::NA;
     int split = blockIdx.y;
     int64_t pb = 0, pe = a.m;
@@ -383,11 +405,15 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
             int ci = 8 * q + g, p = min(ci / TERMS, npass - 1);
             st.xq[q] = ((ci % TERMS) * npass + p) * ldx + st.c * 4;
         }
-#pragma unroll
-        for (int i = 0; i < NA * NM * TERMS * 4; i++) (&st.acc[0][0][0][0])[i] = 0.0f;
-        if (nq == 1 || TERMS == 1) st.template reduce<1>(a, xs, kcw, npass, xoff, np, klo, khi);
-        else if (nq == 2 || TERMS == 2) st.template reduce<TERMS < 2 ? 1 : 2>(a, xs, kcw, npass, xoff, np, klo, khi);
-        else st.template reduce<TERMS>(a, xs, kcw, npass, xoff, np, klo, khi);
+        /* UE8M0 scales: the bf16 route, redone on the fp32 one (the same bits) if a scale of the
+         * block's has no bf16 multiplier (scales past 2^7 for e4m3, 2^1 for e2m1); fp32 scales:
+         * the fp32 route */
+        bool slow = F32;
+        if constexpr (!F32) slow = st.template pass<true>(a, xs, kcw, npass, xoff, np, nq, klo, khi);
+        if (__syncthreads_or(slow)) {
+            if (!F32) st.restart();
+            st.template pass<false>(a, xs, kcw, npass, xoff, np, nq, klo, khi);
+        }
         /* acc[set][mi][q]: rows g and g + 8 of the warp's group, columns 2c and 2c + 1 of
          * instruction q. Through shared memory the two halves of the steps are added, then the
          * pieces of a position in piece order. */
@@ -397,7 +423,7 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
 #pragma unroll
         for (int mi = 0; mi < NM; mi++)
 #pragma unroll
-            for (int q = 0; q < TERMS; q++)
+            for (int q = 0; q < NQM; q++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int ci = 8 * q + 2 * st.c + (i & 1);
@@ -449,20 +475,29 @@ static int ts_groups(const mm_args_t *a) {
     return ng;
 }
 
-template <int KIND, int TERMS, bool PAIR, bool F32>
-static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
-    int npass = (int)(a->m < TS_NP ? a->m : TS_NP); /* a position per token and expert at most */
+template <int KIND, int TERMS, bool PAIR, bool F32, int NQM>
+static cudaError_t ts_launch_nqm(const mm_args_t *a, int npass, cudaStream_t s) {
     int kcw = ts_chunk(a->splits > 1 ? a->split_k : a->k, TERMS, npass), nm = PAIR ? 2 : 1;
     size_t stage = (size_t)TERMS * npass * (kcw + 16) * 2, red = (size_t)TS_WARPS * nm * 16 * TERMS * npass * 4;
     static bool raised;
     if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(mm_tcs_kernel<KIND, TERMS, PAIR, F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, TS_SMEM);
+        cudaError_t e =
+            cudaFuncSetAttribute(mm_tcs_kernel<KIND, TERMS, PAIR, F32, NQM>, cudaFuncAttributeMaxDynamicSharedMemorySize, TS_SMEM);
         if (e != cudaSuccess) return e;
         raised = true;
     }
     int ng = ts_groups(a);
     dim3 grid((unsigned)ceil_div(a->n, 16 * ng), (unsigned)a->splits, a->wtab ? (unsigned)a->max_active : 1);
-    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR, F32>, grid, 64 * ng, stage > red ? stage : red, s, *a, npass, kcw, ng);
+    return k_launch(mm_tcs_kernel<KIND, TERMS, PAIR, F32, NQM>, grid, 64 * ng, stage > red ? stage : red, s, *a, npass, kcw, ng);
+}
+
+// A pass's instructions per sub-step at most: one (fewer registers: decode at one or two
+// positions) or TERMS.
+template <int KIND, int TERMS, bool PAIR, bool F32>
+static cudaError_t ts_launch(const mm_args_t *a, cudaStream_t s) {
+    int npass = (int)(a->m < TS_NP ? a->m : TS_NP); /* a position per token and expert at most */
+    return npass * TERMS <= 8 ? ts_launch_nqm<KIND, TERMS, PAIR, F32, 1>(a, npass, s)
+                              : ts_launch_nqm<KIND, TERMS, PAIR, F32, TERMS>(a, npass, s);
 }
 
 template <int KIND, bool PAIR, bool F32>
