@@ -41,12 +41,14 @@ __device__ __forceinline__ void cp_async16(float *dst, const float *src) {
 // (complete after cp.async.wait_all), else plain loads.
 __device__ __forceinline__ void stage_rows(float *dst, int ldd, const float *const *rows, int nrows, int d, bool vec) {
     int dq = (d + 3) >> 2;
-    if (vec) { /* d % 4 == 0, rows 16-byte aligned */
-        for (int x = threadIdx.x; x < nrows * dq; x += blockDim.x) {
-            int i = x / dq, c = 4 * (x - i * dq);
+    if (vec) { /* d % 4 == 0, rows 16-byte aligned; (row, quad) stepped without a division per copy */
+        int i = threadIdx.x / dq, q = threadIdx.x - i * dq, di = blockDim.x / dq, dr = blockDim.x - di * dq;
+        for (; i < nrows; i += di, q += dr) {
+            if (q >= dq) q -= dq, i++;
+            if (i >= nrows) break;
             const float *p = rows[i];
-            if (p) cp_async16(dst + i * ldd + c, p + c);
-            else *(float4 *)(dst + i * ldd + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (p) cp_async16(dst + i * ldd + 4 * q, p + 4 * q);
+            else *(float4 *)(dst + i * ldd + 4 * q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         return;
     }
@@ -73,18 +75,27 @@ __device__ __forceinline__ const float *key_row(const attn_args_t &a, const attn
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t per_split, int vec) {
-    pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const float **rowp = (const float **)smem, **qrow = rowp + 2 * AT_KT; /* rowp: two tiles' key rows */
     int d = a.d, ldd = at_ldd(d), dpad = (d + 3) & ~3, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float *qs = (float *)(qrow + AT_HG), *ks = qs + AT_HG * ldd, *lp = ks + 2 * AT_KT * ldd;
     float *mh = lp + AT_HG * AT_KT, *zh = mh + AT_HG, *al = zh + AT_HG;
     int64_t b = blockIdx.x;
-    const attn_row_t rd = attn_row(a, b);
+    const attn_row_t rd = attn_row(a, b); /* the row table came by a copy, complete before this launch */
     int64_t r = rd.row, i = rd.pos;
     int h0 = blockIdx.y * AT_HG, split = blockIdx.z;
     int64_t lo = max(rd.win_lo, i - a.window + 1), nwin = i - lo + 1;
     int64_t nv = a.window + a.n_sel, u_begin = split * per_split, u_end = min(nv, u_begin + per_split);
+    { /* the first tile's ring rows (positions before pos0: written by earlier steps) asked of L2 while
+       * the kernel before drains; a prefetch hands nothing back, so nothing stale can be read */
+        int lines = (d + 31) >> 5;
+        for (int x = tid; x < AT_KT * lines; x += AT_THREADS) {
+            int64_t u = u_begin + x / lines;
+            if (u < u_end && u < a.window && u < nwin && i - u < rd.pos0)
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rd.ring + ((i - u) % rd.ring_rows) * rd.ld_ring + 32 * (x % lines)));
+        }
+    }
+    pdl_begin();
 
     if (tid < AT_HG) {
         qrow[tid] = h0 + tid < a.heads ? a.q + r * a.ldq + (int64_t)(h0 + tid) * d : NULL;
@@ -216,8 +227,11 @@ __global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t
 // Merges the key ranges: out = sum_s acc_s e^(m_s - M) / sum_s z_s e^(m_s - M). The ranges'
 // (m, z) are read once into shared memory, each range's factor computed once, and a thread's
 // loads of every range's channels are independent of one another (all in flight, 16 bytes
-// each where d allows), added in range order.
+// each where d allows; the first AT_MERGE_PRE ranges' issued together with the (m, z) loads,
+// so that the merge waits for memory once), added in range order.
 #define AT_MAX_SPLITS 256
+#define AT_MERGE_PRE 20  /* ranges whose partial sums a thread loads before the factors are known */
+#define AT_MERGE_THREADS 128 /* >= 512 / 4 channel quads */
 
 __global__ void attn_merge_kernel(attn_args_t a) {
     pdl_begin();
@@ -226,6 +240,13 @@ __global__ void attn_merge_kernel(attn_args_t a) {
     int h = blockIdx.y, S = a.splits, d = a.d;
     const float *ml = a.part_ml + (r * a.heads + h) * 2;
     int64_t mstride = a.m * a.heads * 2, ostride = a.m * a.heads * (int64_t)d;
+    const float *po = a.part_o + (r * a.heads + h) * (int64_t)d;
+    int c4 = threadIdx.x; /* d % 4 == 0: thread c4 takes channels 4 c4 .. + 3 (d / 4 <= blockDim.x) */
+    bool mine = d % 4 == 0 && c4 < d / 4;
+    float4 pre[AT_MERGE_PRE]; /* the first ranges' partial sums, loaded with (m, z), not after them */
+#pragma unroll
+    for (int s = 0; s < AT_MERGE_PRE; s++)
+        if (mine && s < S) pre[s] = __ldcg((const float4 *)(po + s * ostride) + c4);
     for (int s = threadIdx.x; s < S; s += blockDim.x) {
         float2 v = __ldcg((const float2 *)(ml + s * mstride));
         f[s] = v.x, z[s] = v.y;
@@ -244,19 +265,24 @@ __global__ void attn_merge_kernel(attn_args_t a) {
     float M = red[0], Z = red[1];
     for (int s = threadIdx.x; s < S; s += blockDim.x) f[s] = f[s] > -INFINITY ? expf(f[s] - M) : 0.0f;
     __syncthreads();
-    const float *po = a.part_o + (r * a.heads + h) * (int64_t)d;
     float *out = a.out + row * a.ldo + (int64_t)h * d;
     if (d % 4 == 0) { /* a range without keys has factor 0 and zero partial sums: adds nothing */
-        for (int c4 = threadIdx.x; c4 < d / 4; c4 += blockDim.x) {
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-            for (int s = 0; s < S; s++) {
-                float4 p = __ldcg((const float4 *)(po + s * ostride) + c4);
+        if (!mine) return;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int s = 0; s < AT_MERGE_PRE; s++)
+            if (s < S) {
+                float4 p = pre[s];
                 float fs = f[s];
                 v.x += p.x * fs, v.y += p.y * fs, v.z += p.z * fs, v.w += p.w * fs;
             }
-            out[4 * c4] = v.x / Z, out[4 * c4 + 1] = v.y / Z, out[4 * c4 + 2] = v.z / Z, out[4 * c4 + 3] = v.w / Z;
+#pragma unroll 8
+        for (int s = AT_MERGE_PRE; s < S; s++) {
+            float4 p = __ldcg((const float4 *)(po + s * ostride) + c4);
+            float fs = f[s];
+            v.x += p.x * fs, v.y += p.y * fs, v.z += p.z * fs, v.w += p.w * fs;
         }
+        out[4 * c4] = v.x / Z, out[4 * c4 + 1] = v.y / Z, out[4 * c4 + 2] = v.z / Z, out[4 * c4 + 3] = v.w / Z;
         return;
     }
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -281,5 +307,5 @@ extern "C" cudaError_t k_attention(const attn_args_t *a, cudaStream_t s) {
     dim3 grid((unsigned)a->m, (unsigned)ceil_div(a->heads, AT_HG), (unsigned)a->splits);
     cudaError_t e = k_launch(attn_kernel, grid, AT_THREADS, smem, s, *a, per, a->vec);
     if (e != cudaSuccess || a->splits == 1) return e;
-    return k_launch(attn_merge_kernel, dim3((unsigned)a->m, (unsigned)a->heads), 128, 0, s, *a);
+    return k_launch(attn_merge_kernel, dim3((unsigned)a->m, (unsigned)a->heads), AT_MERGE_THREADS, 0, s, *a);
 }

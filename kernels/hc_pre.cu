@@ -100,11 +100,12 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_kernel(hc_pre_args_t a, int
         return;
     }
     if (!splitk_last(a.counter, (unsigned)(splits + m))) return;
+    float ss = warp < m ? __ldcg(&ss_of[warp]) : 0.0f; /* in flight with the partials */
     splitk_sum_with<1>(a.partial, splits, m, nm, 0, m, 0, nm,
                        [&](int64_t p, int64_t o, const float *v) { mix[p * nm + o] = v[0]; });
     __syncthreads();
     if (warp >= m) return;
-    float inv = rms_scale(__ldcg(&ss_of[warp]), k, a.eps), *mw = mix + warp * nm;
+    float inv = rms_scale(ss, k, a.eps), *mw = mix + warp * nm;
     if (lane < nm) mw[lane] = mw[lane] * inv;
     __syncwarp();
     hc_coefs_warp(a.coef + warp * a.ldc, mw, C + warp * 16, a.base, a.scale, a.hc, a.hc_eps, a.iters);

@@ -92,32 +92,51 @@ __device__ __forceinline__ float hc_row_ss(const float *x, int64_t n, float *red
 
 // Sinkhorn on C (hc x hc in shared memory) by the calling warp: lane t owns entries t, t + 32, ...
 // and sums their row or column in the CPU's order. HC: hc when known at compile time, else 0.
+// Up to 32 entries (the model's hc of 4) each lane keeps its entry in a register and reads its
+// row or column by shuffles: a pass is then a few shuffles and a division, not shared-memory
+// round trips and two warp barriers (40 dependent passes: most of the mHC pre step's tail).
 template <int HC> __device__ __forceinline__ void sinkhorn(float *C, int hc_rt, float hc_eps, int iters) {
-    const int hc = HC ? HC : hc_rt, Q = HC ? (HC * HC + 31) / 32 : HC_MAX * HC_MAX / 32;
-    int t = threadIdx.x & 31, rows[Q], cols[Q];
-#pragma unroll
-    for (int q = 0; q < Q; q++) rows[q] = (t + 32 * q) / hc * hc, cols[q] = (t + 32 * q) % hc;
-    for (int it = 0; it < iters; it++)
-        for (int pass = it ? 0 : 1; pass < 2; pass++) { /* 0: rows, 1: columns */
-            float v[Q];
-#pragma unroll
-            for (int q = 0; q < Q; q++) {
-                int e = t + 32 * q;
-                if (e >= hc * hc) break;
+    int t = threadIdx.x & 31;
+    if constexpr (HC > 0 && HC * HC <= 32) {
+        /* lanes past the matrix compute on ones, unused: a 0 / 0 would take the division's slow path */
+        const int row0 = t / HC * HC, col = t % HC;
+        float c = t < HC * HC ? C[t] : 1.0f;
+        for (int it = 0; it < iters; it++)
+            for (int pass = it ? 0 : 1; pass < 2; pass++) { /* 0: rows, 1: columns */
                 float s = 0.0f;
 #pragma unroll
-                for (int b = 0; b < (HC ? HC : HC_MAX); b++) {
-                    if (!HC && b >= hc) break;
-                    s += pass ? C[b * hc + cols[q]] : C[rows[q] + b];
-                }
-                v[q] = C[e] / (s + hc_eps);
+                for (int b = 0; b < HC; b++) s += __shfl_sync(0xffffffffu, c, pass ? b * HC + col : row0 + b);
+                c = c / (s + hc_eps);
             }
-            __syncwarp();
+        if (t < HC * HC) C[t] = c;
+        __syncwarp();
+    } else {
+        const int hc = HC ? HC : hc_rt, Q = HC ? (HC * HC + 31) / 32 : HC_MAX * HC_MAX / 32;
+        int rows[Q], cols[Q];
 #pragma unroll
-            for (int q = 0; q < Q; q++)
-                if (t + 32 * q < hc * hc) C[t + 32 * q] = v[q];
-            __syncwarp();
-        }
+        for (int q = 0; q < Q; q++) rows[q] = (t + 32 * q) / hc * hc, cols[q] = (t + 32 * q) % hc;
+        for (int it = 0; it < iters; it++)
+            for (int pass = it ? 0 : 1; pass < 2; pass++) { /* 0: rows, 1: columns */
+                float v[Q];
+#pragma unroll
+                for (int q = 0; q < Q; q++) {
+                    int e = t + 32 * q;
+                    if (e >= hc * hc) break;
+                    float s = 0.0f;
+#pragma unroll
+                    for (int b = 0; b < (HC ? HC : HC_MAX); b++) {
+                        if (!HC && b >= hc) break;
+                        s += pass ? C[b * hc + cols[q]] : C[rows[q] + b];
+                    }
+                    v[q] = C[e] / (s + hc_eps);
+                }
+                __syncwarp();
+#pragma unroll
+                for (int q = 0; q < Q; q++)
+                    if (t + 32 * q < hc * hc) C[t + 32 * q] = v[q];
+                __syncwarp();
+            }
+    }
 }
 
 // A row's coefficients by the calling warp from its scaled mixes m (shared memory, (2 + hc) * hc,

@@ -567,6 +567,8 @@ static void test_attention(void) {
     attention_case(64, 512, 128, 1, 700, 512, 5000, 0, true); /* V4.1 shapes, one query: split keys */
     attention_case(64, 512, 128, 3, 700, 512, 90, 0, true);
     attention_case(5, 42, 16, 1, 300, 128, 2000, 0, true);    /* split keys, merged 4 bytes at a time */
+    attention_case(12, 128, 128, 2, 1500, 1024, 5000, 0, true); /* 1152 keys: 36 ranges, more than the merge loads early */
+    attention_case(8, 64, 128, 1, 10, 1, 500, 0, true);         /* 129 keys: 5 ranges, the last of one key */
     attention_case(17, 96, 24, 300, 40, 6, 1000, 0, true);    /* many queries: tensor cores, 30 keys (one part tile) */
     /* tensor cores (32 rows or more) */
     attention_case_at(64, 512, 128, 40, 700, 512, 90, 0, true, false);  /* V4.1 shapes, windows partly before the start */
