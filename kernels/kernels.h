@@ -23,6 +23,7 @@ typedef struct {
     const uint8_t *data, *scale; /* device (or mapped host) memory; FP4 rows are ceil(cols/2) bytes */
     int kind, scale_f32, block_rows, block_cols;
     int64_t rows, cols;
+    int scale_inexact; /* fp32 scales not all powers of two: weight x scale is not exact in bf16 */
 } kw_t;
 
 /* Programmatic dependent launch (launch.cu, common.cuh's k_launch): on (1, the default) every

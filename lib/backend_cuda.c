@@ -295,12 +295,23 @@ static const uint8_t *host_resident(bk_weight_t *w, int slot, const uint8_t *src
     return dev;
 }
 
+/* Whether every one of n fp32 block scales is a normal power of two. */
+static bool scales_pow2(const uint8_t *scale, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u, e;
+        memcpy(&u, scale + 4 * i, 4);
+        e = (u >> 23) & 0xFF;
+        if ((u & 0x7FFFFF) || e == 0 || e == 255) return false;
+    }
+    return true;
+}
+
 static bk_weight_t *cuda_bind(backend_t *bk, const wmat_t *m) {
     cuda_t *c = cu_of(bk);
     bk_weight_t *w = xcalloc(1, sizeof *w);
-    w->w = (kw_t){NULL, NULL, (int)m->kind, m->scale_f32, m->block_rows ? m->block_rows : 1,
-                  m->block_cols ? m->block_cols : 1, m->rows, m->cols};
     size_t db = data_bytes(m->kind, m->rows, m->cols), sb = scale_bytes(m);
+    w->w = (kw_t){NULL, NULL, (int)m->kind, m->scale_f32, m->block_rows ? m->block_rows : 1,
+                  m->block_cols ? m->block_cols : 1, m->rows, m->cols, m->scale_f32 && !scales_pow2(m->scale, sb / 4)};
     w->host = m->kind == WQ_FP8 && m->block_rows == 1; /* the Engram tables (model_weights.h) */
     if (w->host) {
         w->w.data = host_resident(w, 0, m->data, db);
@@ -338,7 +349,7 @@ bk_weight_t *backend_cuda_random_weight(backend_t *bk, wq_kind_t kind, int64_t r
     cuda_t *c = cu_of(bk);
     bk_weight_t *w = xcalloc(1, sizeof *w);
     int br = kind == WQ_FP8 && !host ? 32 : 1, bc = 32;
-    w->w = (kw_t){NULL, NULL, (int)kind, 0, br, bc, rows, cols};
+    w->w = (kw_t){NULL, NULL, (int)kind, 0, br, bc, rows, cols, 0};
     size_t db = data_bytes(kind, rows, cols), sb = kind == WQ_FP8 || kind == WQ_FP4 ? wmat_scale_count(rows, cols, br, bc) : 0;
     void *d, *s = NULL;
     w->host = host;

@@ -27,16 +27,21 @@ static const char *mm_name(int kind, bool tc, bool tcs) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The tensor cores take weight x scale rounded to bf16: exact for power-of-two scales; other
+ * fp32 scales only where plain bf16 precision was asked for (the CUDA cores apply them in fp32). */
+static bool tc_weights_ok(const cuda_t *c, const kw_t *w) { return !w->scale_inexact || c->precision == CUDA_BF16; }
+
 static bool use_tc(const cuda_t *c, const mm_args_t *a) {
     bool enough = a->wtab ? a->positions >= 32 * a->max_active : a->m >= TC_MIN_POSITIONS;
-    return c->precision != CUDA_FP32 && enough && a->k % (a->w.kind == KW_BF16 ? 8 : 32) == 0 && k_matmul_tc_ok(&a->w);
+    return c->precision != CUDA_FP32 && enough && a->k % (a->w.kind == KW_BF16 ? 8 : 32) == 0 && k_matmul_tc_ok(&a->w) &&
+           tc_weights_ok(c, &a->w);
 }
 
 /* Fewer positions (decode; experts: per expert): the tensor cores in passes of 8 positions, at
  * every batch size, so that a sequence's numbers do not depend on what it is batched with. */
 static bool use_tcs(const cuda_t *c, const mm_args_t *a) {
     return !use_tc(c, a) && c->precision != CUDA_FP32 && a->k % 32 == 0 && a->x_group_n % K_TCS_ROWS == 0 &&
-           k_matmul_tcs_ok(&a->w);
+           k_matmul_tcs_ok(&a->w) && tc_weights_ok(c, &a->w);
 }
 
 /* The reduction split of a dense few-position tensor-core matmul of `blocks` row blocks: the
@@ -167,11 +172,14 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
     }
     if (c->capturing) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
     kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
+    int inexact = 0; /* one path for the whole table: any expert's inexact scales count for all */
     for (int i = 0; i < 3 * n; i++) {
         h[i] = *expert_slot(ex, n, i);
+        inexact |= h[i].scale_inexact;
         if (!kw_same_layout(&h[i], &h[i / n * n]))
             die("CUDA backend: routed experts of one layer must share one storage format and shape");
     }
+    for (int i = 0; i < 3 * n; i++) h[i].scale_inexact = inexact;
     void *dev;
     CU(cudaMalloc(&dev, (size_t)(3 * n) * sizeof *h));
     CU(cudaMemcpy(dev, h, (size_t)(3 * n) * sizeof *h, cudaMemcpyHostToDevice));
@@ -187,7 +195,7 @@ static void shared_expert(cuda_t *c, const bk_expert_t *sh, const float *x, int6
     float *g = cu_scratch(c, (size_t)(m * I) * 4);
     mm_args_t a = {.m = m, .n = I, .k = sh->w1->w.cols, .x = x, .ldx = ldx, .out = g, .ldo = I, .w = sh->w1->w,
                    .positions = m, .w_pair = sh->w3->w, .limit = limit};
-    if (use_tcs(c, &a) && k_matmul_tcs_ok(&sh->w3->w) && kw_same_layout(&sh->w1->w, &sh->w3->w))
+    if (use_tcs(c, &a) && k_matmul_tcs_ok(&sh->w3->w) && tc_weights_ok(c, &sh->w3->w) && kw_same_layout(&sh->w1->w, &sh->w3->w))
         mm_run(c, &a, false);
     else {
         float *u = cu_scratch(c, (size_t)(m * I) * 4);
