@@ -1450,11 +1450,19 @@ static void test_pick(void) {
     pick_case(33, 40);
 }
 
-int main(void) {
+/* The seed of one test: the run's seed mixed with the test's name, so that a test draws the
+ * same inputs whether the run takes every test or only it. */
+static uint64_t test_seed(uint64_t run, const char *name) {
+    uint64_t h = 1469598103934665603u;
+    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211u;
+    return (run ^ h) ? run ^ h : 1;
+}
+
+/* test_backend_cuda [NAME...]: every test, or the named ones. */
+int main(int argc, char **argv) {
     const char *seed = getenv("DI_TEST_SEED");
     uint64_t s = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u + 1;
-    t_seed(s);
-    printf("seed %llu (DI_TEST_SEED repeats it)\n", (unsigned long long)s);
+    printf("seed %llu (DI_TEST_SEED repeats it, also for a test run alone)\n", (unsigned long long)s);
     char err[256];
     gpu = backend_cuda_create(0, err, sizeof err);
     struct {
@@ -1474,8 +1482,20 @@ int main(void) {
         {"test_tc_batch_invariance", test_tc_batch_invariance},
         {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph}, {"test_pick", test_pick},
     };
+    for (int a = 1; a < argc; a++) {
+        size_t i = 0;
+        while (i < DI_ARRAY_LEN(cases) && strcmp(argv[a], cases[i].name)) i++;
+        if (i == DI_ARRAY_LEN(cases)) {
+            fprintf(stderr, "test_backend_cuda: no test named '%s'\n", argv[a]);
+            return 2;
+        }
+    }
     cpu = backend_cpu_create(2);
     for (size_t i = 0; i < DI_ARRAY_LEN(cases); i++) {
+        bool wanted = argc == 1;
+        for (int a = 1; a < argc; a++) wanted = wanted || !strcmp(argv[a], cases[i].name);
+        if (!wanted) continue;
+        t_seed(test_seed(s, cases[i].name));
         if (gpu) t_run(cases[i].name, cases[i].fn);
         else t_skip(cases[i].name, err);
     }
