@@ -175,17 +175,23 @@ __device__ __forceinline__ bool splitk_last(unsigned *counter, unsigned count) {
     return last;
 }
 
+// The grouping of a split-K sum, from the split count alone: `lanes` adjacent threads share an
+// output (a power of two, at most a quarter of the splits, so that many splits are read in
+// parallel whatever the tile); lane l adds splits l, l + lanes, ... in order, then the lanes
+// are added pairwise. Every kernel that adds splits adds them so (the same bits).
+__device__ __forceinline__ int splitk_lanes(int splits) {
+    int lanes = 1;
+    while (lanes < 32 && 8 * lanes <= splits) lanes *= 2;
+    return lanes;
+}
+
 // Split-K fix-up by the whole block: adds every split's partials (NM planes of
-// [splits][positions][n], one after another) for rows [p0, p1), columns [o0, o1) in a fixed
-// order and hands the NM sums to emit(p, o, sums): `lanes` adjacent threads share an output (a
-// power of two from the split count alone, at most a quarter of it, so that many splits are
-// read in parallel whatever the tile), lane l adds splits l, l + lanes, ... in order, then the
-// lanes are added pairwise.
+// [splits][positions][n], one after another) for rows [p0, p1), columns [o0, o1) in the
+// splitk_lanes grouping and hands the NM sums to emit(p, o, sums).
 template <int NM, class Emit>
 __device__ __forceinline__ void splitk_sum_with(const float *partial, int splits, int64_t positions, int64_t n_out, int64_t p0,
                                                 int64_t p1, int64_t o0, int64_t o1, Emit emit) {
-    int lanes = 1;
-    while (lanes < 32 && 8 * lanes <= splits) lanes *= 2;
+    int lanes = splitk_lanes(splits);
     int64_t on = o1 - o0, n = (p1 - p0) * on, per = blockDim.x / lanes, plane = (int64_t)splits * positions * n_out;
     int sub = threadIdx.x & (lanes - 1);
     for (int64_t i0 = 0; i0 < n; i0 += per) { /* the same trips for every thread: whole warps shuffle */

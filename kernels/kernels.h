@@ -82,8 +82,8 @@ typedef struct {
 int k_matmul_fast_ok(const kw_t *w);
 cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores (wgmma bf16, sm_90a); FP8/FP4 weights (FP4 with E8M0 scales) with k a multiple of
- * 32, block_cols 32, or BF16 weights with k a multiple of 8. Blocks of K_TC_ROWS outputs by K_TC_POSITIONS positions (half as many with
- * three activation pieces); split_k a multiple of 64. */
+ * 32, block_cols 32, or BF16 weights with k a multiple of 8. Blocks of K_TC_ROWS outputs by
+ * K_TC_POSITIONS positions (half as many with three activation pieces); split_k a multiple of 64. */
 #define K_TC_ROWS 128
 #define K_TC_POSITIONS 256
 int k_matmul_tc_ok(const kw_t *w);

@@ -303,8 +303,7 @@ template <int KIND> __global__ void __launch_bounds__(32 * MR_SPLITS) mm_rows_ke
     }
     __syncthreads();
     if (split >= MM_RW || o0 + split >= a.n) return;
-    int lanes = 1; /* splitk_sum_with's grouping: lane l adds splits l, l + lanes, ..., then the lanes pairwise */
-    while (lanes < 32 && 8 * lanes <= a.splits) lanes *= 2;
+    int lanes = splitk_lanes(a.splits);
     float v = 0.0f;
     for (int sp = lane; sp < a.splits; sp += lanes) v += part[split][sp];
     for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);

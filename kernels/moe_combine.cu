@@ -8,7 +8,6 @@
 #define MC_THREADS 128
 #define MC_BATCH 8
 
-
 template <int V>
 __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of,
                                                                  const int32_t *idx, int64_t ldi, const float *shared, int k,
