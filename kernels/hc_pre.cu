@@ -1,4 +1,5 @@
-// The mHC pre step of a site (MODEL_V41 §5.3) for a few rows in one launch, all of it at once:
+// The mHC pre step of a site (MODEL_V41 §5.3) for a few rows in one launch, all of it at once
+// or either of its two independent parts (the coefficients; the normed input) alone:
 // blocks that each take a split of the mixes' reduction (an F32 matmul: fn streamed, each block
 // fetching its weights before it waits for the kernel before), a block per row for the row's sum
 // of squares, and a block per row for its collapse with the earlier site's pre and the RMSNorm.
@@ -80,14 +81,14 @@ template <int HC> __device__ __forceinline__ void hc_pre_norm(const hc_pre_args_
 }
 
 // Blocks [0, splits): the splits of the mixes; splits + p: row p's sum of squares of X;
-// splits + m + p: row p's normed collapse.
+// splits + m + p: row p's normed collapse (the norm part's launch has those blocks alone).
 __global__ void __launch_bounds__(HC_THREADS) hc_pre_kernel(hc_pre_args_t a, int splits) {
     __shared__ __align__(16) float xs[K_HC_PRE_ROWS * HP_STEP];
     __shared__ float red[33], mix[K_HC_PRE_ROWS * HP_MAX_MIXES], C[K_HC_PRE_ROWS * 16];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nm = (2 + a.hc) * a.hc, m = (int)a.m;
     const int64_t k = a.fn.cols;
     float *ss_of = a.partial + (int64_t)splits * m * nm; /* each row's sum of squares of X, for its mixes */
-    int b = blockIdx.x;
+    int b = blockIdx.x + (a.part == K_HC_PRE_NORM ? splits + m : 0);
     if (b < splits) hc_pre_split(a, nm, m, xs);
     else if (b < splits + m) {
         pdl_begin();
@@ -114,6 +115,7 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_kernel(hc_pre_args_t a, int
 extern "C" int k_hc_pre_ok(const hc_pre_args_t *a) {
     int64_t nm = (int64_t)(2 + a->hc) * a->hc;
     return a->m >= 1 && a->m <= K_HC_PRE_ROWS && a->hc >= 1 && nm <= HP_MAX_MIXES && a->fn.kind == KW_F32 &&
+           a->part >= K_HC_PRE_ALL && a->part <= K_HC_PRE_NORM &&
            k_matmul_fast_ok(&a->fn) && a->fn.cols == a->hc * a->D && a->fn.rows >= nm && a->split_k > 0 &&
            a->split_k % 16 == 0 && a->split_k <= HP_MAX_SPLIT && (uintptr_t)a->X % 16 == 0 && a->ldx % 4 == 0 &&
            rmsnorm_vec_ok(a->out, a->ldo, a->out, a->ldo, a->norm, a->D);
@@ -125,6 +127,7 @@ extern "C" size_t k_hc_pre_partial_floats(const hc_pre_args_t *a) {
 
 extern "C" cudaError_t k_hc_pre(const hc_pre_args_t *a, cudaStream_t s) {
     if (!k_hc_pre_ok(a)) return cudaErrorInvalidValue;
-    int splits = (int)ceil_div(a->fn.cols, a->split_k);
-    return k_launch(hc_pre_kernel, (unsigned)(splits + 2 * a->m), HC_THREADS, 0, s, *a, splits);
+    int splits = (int)ceil_div(a->fn.cols, a->split_k), m = (int)a->m;
+    int blocks = a->part == K_HC_PRE_NORM ? m : a->part == K_HC_PRE_MIXES ? splits + m : splits + 2 * m;
+    return k_launch(hc_pre_kernel, (unsigned)blocks, HC_THREADS, 0, s, *a, splits);
 }

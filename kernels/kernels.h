@@ -122,10 +122,12 @@ cudaError_t k_hc_collapse(float *out, int64_t ldo, const float *X, int64_t ldx, 
  * launch: coef (m x (2+hc)*hc) <- the mixes fn . X (fn F32, its first rows) through hc_mix, and
  * out (m x D) <- rmsnorm(sum_k pre[k] * X_k) times norm (NULL: 1). The bits of k_matmul_simt at
  * a reduction split of split_k columns (the CUDA-core matmul's split of that shape), k_hc_mix
- * (coef in place), k_hc_collapse into out and k_rmsnorm in place on out. partial: scratch of
- * k_hc_pre_partial_floats floats; counter: zero before, and after. k_hc_pre_ok: the shapes and
- * layouts it takes (the others take the four kernels). */
+ * (coef in place), k_hc_collapse into out and k_rmsnorm in place on out. part: both, or one of
+ * the two (they share no data, so two launches may run them on two streams). partial: scratch
+ * of k_hc_pre_partial_floats floats; counter: zero before, and after (both unused by the norm
+ * part). k_hc_pre_ok: the shapes and layouts it takes (the others take the four kernels). */
 #define K_HC_PRE_ROWS 8
+enum { K_HC_PRE_ALL, K_HC_PRE_MIXES, K_HC_PRE_NORM };
 typedef struct {
     float *out, *coef;
     int64_t ldo, ldc;
@@ -133,7 +135,7 @@ typedef struct {
     int64_t ldx, ldp;
     kw_t fn;
     int64_t m, D, split_k;
-    int hc, iters;
+    int hc, iters, part;
     float eps, hc_eps;
     float *partial;
     unsigned *counter;

@@ -136,6 +136,13 @@ void backend_cuda_profile_report(backend_t *bk, FILE *f, double divide_by) {
 }
 
 /* ---- tensors ---------------------------------------------------------------------------- */
+void cu_join_side(cuda_t *c) {
+    if (!c->side_pending) return;
+    CU(cudaStreamWaitEvent(c->stream, c->side_done, 0));
+    cu_release_scratch(c, c->side_partial);
+    c->side_pending = false, c->side_partial = NULL;
+}
+
 static bk_tensor_t cuda_alloc(backend_t *bk, bk_dtype_t dtype, int64_t rows, int64_t cols) {
     cuda_t *c = cu_of(bk);
     size_t bytes = (size_t)(rows * cols) * 4;
@@ -145,6 +152,7 @@ static bk_tensor_t cuda_alloc(backend_t *bk, bk_dtype_t dtype, int64_t rows, int
 }
 
 static void cuda_release(backend_t *bk, bk_tensor_t *t) {
+    cu_join_side(cu_of(bk));
     cu_release_scratch(cu_of(bk), t->ptr);
     *t = (bk_tensor_t){0};
 }
@@ -204,6 +212,7 @@ static void memcpy_rows(cuda_t *c, void *dst, int64_t ldd, const void *src, int6
 static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
     cuda_t *c = cu_of(bk);
     size_t row = (size_t)dst.cols * 4;
+    cu_join_side(c);
     if (!dst.rows || !row) return;
     /* in a capture, the graph copies from page-locked memory that outlives the call */
     memcpy_rows(c, dst.ptr, dst.ld, pinned_copy(c, host, row * (size_t)dst.rows), dst.cols, dst.rows, dst.cols,
@@ -213,6 +222,7 @@ static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
 static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
     cuda_t *c = cu_of(bk);
     size_t row = (size_t)src.cols * 4;
+    cu_join_side(c);
     if (!src.rows || !row) return;
     if (c->capturing) { /* delivered by backend_cuda_graph_end */
         uint8_t *s = stage_take(c, row * (size_t)src.rows);
@@ -264,7 +274,10 @@ static void cuda_copy_many(backend_t *bk, const bk_tensor_t *dst, const bk_tenso
     free(d);
 }
 
-void backend_cuda_sync(backend_t *bk) { CU(cudaStreamSynchronize(cu_of(bk)->stream)); }
+void backend_cuda_sync(backend_t *bk) {
+    cu_join_side(cu_of(bk));
+    CU(cudaStreamSynchronize(cu_of(bk)->stream));
+}
 
 void backend_cuda_memory(backend_t *bk, size_t *live, size_t *cached, size_t *weights) {
     cuda_t *c = cu_of(bk);
@@ -333,6 +346,7 @@ static bk_weight_t *cuda_bind(backend_t *bk, const wmat_t *m) {
 
 static void cuda_unbind(backend_t *bk, bk_weight_t *w) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     if (w->host) {
         for (int i = 0; i < 2; i++)
             if (w->reg[i]) CU(cudaFreeHost(w->reg[i]));
@@ -374,6 +388,7 @@ bk_weight_t *backend_cuda_random_weight(backend_t *bk, wq_kind_t kind, int64_t r
 }
 
 void backend_cuda_fill(backend_t *bk, bk_tensor_t t, float lo, float hi, uint64_t seed) {
+    cu_join_side(cu_of(bk));
     CU(k_fill_uniform(t.ptr, t.ld, t.rows, t.cols, lo, hi, seed, cu_of(bk)->stream));
 }
 
@@ -381,6 +396,7 @@ void backend_cuda_fill(backend_t *bk, bk_tensor_t t, float lo, float hi, uint64_
 void backend_cuda_graph_begin(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     if (c->capturing) die("CUDA backend: graph capture already open");
+    cu_join_side(c); /* a capture may not wait on work enqueued before it */
     if (!c->stage) {
         void *stage;
         CU(cudaHostAlloc(&stage, STAGE_BYTES, cudaHostAllocDefault));
@@ -396,6 +412,7 @@ void backend_cuda_graph_begin(backend_t *bk) {
 void backend_cuda_graph_end(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     if (!c->capturing) die("CUDA backend: no graph capture open");
+    cu_join_side(c); /* the second stream's work rejoins the capture */
     cudaGraph_t g;
     CU(cudaStreamEndCapture(c->stream, &g));
     c->capturing = false;
@@ -461,7 +478,12 @@ double backend_cuda_graph_replay(backend_t *bk, int n) {
 /* ---- the backend -------------------------------------------------------------------------- */
 static void cuda_destroy(backend_t *bk) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     CU(cudaStreamSynchronize(c->stream));
+    CU(cudaStreamDestroy(c->side));
+    CU(cudaEventDestroy(c->side_fork));
+    CU(cudaEventDestroy(c->side_done));
+    CU(cudaFree(c->side_counter));
     for (size_t i = 0; i < c->live.cap; i++)
         if (c->live.values[i]) {
             cu_block_t *b = c->live.values[i];
@@ -519,9 +541,15 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
     }
     /* Programmatic dependent launch (kernels/common.cuh): on by default; DI_CUDA_PDL=0 launches
      * every kernel plainly, the switch for measuring what the overlap saves. */
-    const char *pdl = getenv("DI_CUDA_PDL");
+    const char *pdl = getenv("DI_CUDA_PDL"), *side = getenv("DI_CUDA_SIDE");
     if (pdl && *pdl && strcmp(pdl, "0") && strcmp(pdl, "1")) {
         snprintf(err, errlen, "DI_CUDA_PDL must be 0 or 1, not '%s'", pdl);
+        return NULL;
+    }
+    /* The mHC coefficients on a second stream (cu_hc_pre): on by default; DI_CUDA_SIDE=0 makes
+     * them in the one launch with the site's input, for measuring what the overlap saves. */
+    if (side && *side && strcmp(side, "0") && strcmp(side, "1")) {
+        snprintf(err, errlen, "DI_CUDA_SIDE must be 0 or 1, not '%s'", side);
         return NULL;
     }
     k_set_pdl(!pdl || strcmp(pdl, "0"));
@@ -540,6 +568,12 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         return NULL;
     }
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    c->side_on = !side || strcmp(side, "0");
+    CU(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+    CU(cudaEventCreateWithFlags(&c->side_fork, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&c->side_done, cudaEventDisableTiming));
+    CU(cudaMalloc((void **)&c->side_counter, sizeof *c->side_counter));
+    CU(cudaMemset(c->side_counter, 0, sizeof *c->side_counter));
     CU(cudaMalloc((void **)&c->counters, CU_COUNTERS * sizeof *c->counters));
     CU(cudaMemset(c->counters, 0, CU_COUNTERS * sizeof *c->counters));
     backend_t *bk = xcalloc(1, sizeof *bk);

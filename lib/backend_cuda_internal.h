@@ -77,6 +77,14 @@ typedef struct {
     /* MoE expert tables */
     cu_experts_t *expert_tabs;
     int n_expert_tabs;
+    /* a decode hc_pre's coefficients, made on a second stream while the main one goes on with
+     * the site's input (cu_hc_pre); joined into the main stream by cu_join_side */
+    bool side_on;
+    cudaStream_t side;
+    cudaEvent_t side_fork, side_done;
+    bool side_pending;
+    void *side_partial;    /* its scratch, released when joined */
+    unsigned *side_counter; /* its split-K counter (the main stream's matmuls use c->counters) */
 } cuda_t;
 
 #define CU_COUNTERS 65536
@@ -86,6 +94,13 @@ static inline cuda_t *cu_of(backend_t *bk) { return bk->impl; }
 /* Dies naming the call and the CUDA error. */
 void cu_check(cudaError_t e, const char *what, const char *file, int line);
 #define CU(call) cu_check((call), #call, __FILE__, __LINE__)
+
+/* The main stream waits for the second stream's work (cu_hc_pre): before any op that reads a
+ * site's coefficients or writes the streams X (the hc ops, the Engram gate), before the host
+ * sees or frees memory (download, upload, release, unbind, fill, sync, pick, graph end), and
+ * before the next hc_pre. The forward's other ops (matmuls, norms, RoPE, QAT, attention,
+ * indexer, router, MoE, copies) read neither, so they run while it is in flight. */
+void cu_join_side(cuda_t *c);
 
 /* Device scratch from the caching allocator (ordered on the stream, so it may be released as
  * soon as the last kernel using it is enqueued). */

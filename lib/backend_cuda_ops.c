@@ -66,6 +66,7 @@ void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block) {
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     if (hc > 16) die("CUDA backend: hc_mult %d > 16", hc);
     OP("hc_mix", k_hc_mix(F(coef), coef.ld, F(mixes), mixes.ld, F(X), X.ld, X.rows, X.cols, F(base), F(scale), hc, eps,
                           hc_eps, iters, c->stream));
@@ -73,25 +74,32 @@ void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X
 
 void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     OP("hc_collapse", k_hc_collapse(F(out), out.ld, F(X), X.ld, F(pre), pre.ld, X.rows, out.cols, hc, c->stream));
 }
 
 void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     if (hc > 16) die("CUDA backend: hc_mult %d > 16", hc);
     OP("hc_expand", k_hc_expand(F(X), X.ld, F(y), y.ld, F(coef), coef.ld, X.rows, y.cols, hc, c->stream));
 }
 
 void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     OP("hc_fill", k_hc_fill(F(X), X.ld, F(e), e.ld, X.rows, e.cols, hc, c->stream));
 }
 
 /* One launch (kernels/hc_pre.cu) where it takes the shape (decode rows), else the four ops:
- * the same bits either way. */
+ * the same bits either way. In the launch's form the coefficients (split sums, then a serial
+ * tail: the fix-up and 20 Sinkhorn iterations) go to the second stream, forked here, and only
+ * the normed input stays on the main one: the site's next ops need just that (the collapse
+ * takes the earlier site's pre), and its hc_expand joins the coefficients back (cu_join_side). */
 void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
                bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c); /* pre may be the last site's coefficients */
     int64_t nm = (int64_t)(2 + hc) * hc;
     if (hc < 1 || hc > 16 || coef.cols != nm || X.cols != hc * out.cols || pre.cols != hc || coef.rows != X.rows ||
         out.rows != X.rows || pre.rows != X.rows)
@@ -109,9 +117,20 @@ void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, 
         return;
     }
     a.partial = cu_scratch(c, k_hc_pre_partial_floats(&a) * sizeof(float));
-    a.counter = c->counters;
+    if (!c->side_on) {
+        a.counter = c->counters;
+        OP("hc_pre", k_hc_pre(&a, c->stream));
+        cu_release_scratch(c, a.partial);
+        return;
+    }
+    a.counter = c->side_counter, a.part = K_HC_PRE_MIXES;
+    CU(cudaEventRecord(c->side_fork, c->stream)); /* X is ready */
+    CU(cudaStreamWaitEvent(c->side, c->side_fork, 0));
+    CU(k_hc_pre(&a, c->side));
+    CU(cudaEventRecord(c->side_done, c->side));
+    c->side_pending = true, c->side_partial = a.partial;
+    a.part = K_HC_PRE_NORM;
     OP("hc_pre", k_hc_pre(&a, c->stream));
-    cu_release_scratch(c, a.partial);
 }
 
 void cu_gather(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tensor_t idx) {
@@ -122,6 +141,7 @@ void cu_gather(backend_t *bk, bk_tensor_t out, const bk_weight_t *table, bk_tens
 
 void cu_engram_gate(backend_t *bk, bk_tensor_t X, bk_tensor_t kv, bk_tensor_t qk, int hc, float eps) {
     cuda_t *c = cu_of(bk);
+    cu_join_side(c);
     OP("engram_gate", k_engram_gate(F(X), X.ld, F(kv), kv.ld, F(qk), qk.ld, X.rows, qk.cols, hc, eps, c->stream));
 }
 
