@@ -312,7 +312,7 @@ cudaError_t k_moe_act(float *h, const float *g, const float *u, const float *wpo
                       cudaStream_t s);
 /* out[r] = sum of y[pos_of[r][s]] over slots in ascending expert order, then + shared[r]. */
 cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx, int64_t ldi,
-                          const float *shared, int64_t m, int k, int64_t D, cudaStream_t s);
+                          const float *add, int64_t lda, int64_t m, int k, int64_t D, cudaStream_t s);
 
 /* ---- next-token choice (sample.cu) ------------------------------------------------------------
  * Row i of the launch picks from logits row rows[i].row: greedy, or temperature sampling with

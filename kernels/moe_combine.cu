@@ -1,6 +1,6 @@
 // Expert combine: each row sums its experts' outputs in ascending expert order (as the CPU
-// backend does), then the shared expert's, in fp32. The row's order is found once per block
-// (a thread per slot ranks it) while the shared expert's values are in flight; then each thread
+// backend does), then adds `add` (the shared expert's), in fp32. The row's order is found once
+// per block (a thread per slot ranks it) while the added values are in flight; then each thread
 // has the loads of up to MC_BATCH experts' rows in flight at once (of 4 channels when the rows
 // allow 16-byte loads) and adds them in order.
 #include "common.cuh"
@@ -10,14 +10,14 @@
 
 template <int V>
 __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of,
-                                                                 const int32_t *idx, int64_t ldi, const float *shared, int k,
-                                                                 int64_t D) {
+                                                                 const int32_t *idx, int64_t ldi, const float *add, int64_t lda,
+                                                                 int k, int64_t D) {
     pdl_begin();
     extern __shared__ int order[]; // the row's valid positions in ascending (expert, slot), then their count
     int64_t r = blockIdx.y, d = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V;
     const int32_t *ix = idx + r * ldi, *po = pos_of + r * k;
     float sh[V];
-    if (shared && d < D) load_v<V>(shared + r * D + d, sh);
+    if (add && d < D) load_v<V>(add + r * lda + d, sh);
     if (k == 0 && threadIdx.x == 0) order[0] = 0;
     for (int s = threadIdx.x; s < k; s += blockDim.x) {
         int p = po[s], e = ix[s], rank = 0, valid = 0;
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int
 #pragma unroll
                 for (int c = 0; c < V; c++) acc[c] += v[u][c];
     }
-    if (shared)
+    if (add)
 #pragma unroll
         for (int c = 0; c < V; c++) acc[c] += sh[c];
     float *o = out + r * ldo + d;
@@ -54,13 +54,14 @@ __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int
 }
 
 extern "C" cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx,
-                                     int64_t ldi, const float *shared, int64_t m, int k, int64_t D, cudaStream_t s) {
+                                     int64_t ldi, const float *add, int64_t lda, int64_t m, int k, int64_t D,
+                                     cudaStream_t s) {
     if (m <= 0 || D <= 0) return cudaSuccess;
     bool vec = D % 4 == 0 && ldo % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)y % 16 == 0 &&
-               (uintptr_t)shared % 16 == 0;
+               (uintptr_t)add % 16 == 0 && lda % 4 == 0;
     int V = vec ? 4 : 1;
     dim3 grid((unsigned)ceil_div(D, (int64_t)V * MC_THREADS), (unsigned)m);
     size_t smem = (size_t)(k + 1) * 4;
-    if (vec) return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, shared, k, D);
-    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, shared, k, D);
+    if (vec) return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D);
+    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D);
 }

@@ -96,6 +96,18 @@ struct backend {
     void (*unbind)(backend_t *bk, bk_weight_t *w);
     void (*destroy)(backend_t *bk);
 
+    /* ---- concurrency ---- */
+    /* The ops issued between branch_begin and branch_end form a branch: they start after every
+     * op issued before branch_begin and may run alongside the ops issued after branch_end, up to
+     * branch_join (or an op documented to join it); the ops after that see the branch's results.
+     * Neither side may write what the other reads or writes. A join with no open branch does
+     * nothing. One branch at a time; inside a
+     * branch only the dense, row, RoPE, QAT, pooling and copy ops and alloc/release. A backend
+     * may run everything in issue order (the CPU backend does). */
+    void (*branch_begin)(backend_t *bk);
+    void (*branch_end)(backend_t *bk);
+    void (*branch_join)(backend_t *bk);
+
     /* ---- dense algebra ---- */
     /* out[t][o] = sum_i x[t][i] * W[row0 + o][i], for out->cols rows of W from row0. */
     void (*matmul)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
@@ -176,10 +188,14 @@ struct backend {
      * wt = s[idx] (divided by their sum + 1e-20 when normalize) * scale. */
     void (*router)(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                    bool normalize, float scale);
-    /* out = sum over slots of wt * expert_idx(x) + shared(x); expert(x) =
-     * w2 . (silu(min(w1.x, limit)) * clamp(w3.x, -limit, limit)) (no clamp when limit <= 0). */
+    /* out = expert(x) = w2 . (silu(min(w1.x, limit)) * clamp(w3.x, -limit, limit)) (no clamp
+     * when limit <= 0): one expert over every row (the shared expert). */
+    void (*mlp)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit);
+    /* out = sum over slots of wt * expert_idx(x) (in ascending expert order), then + add (m x D,
+     * e.g. the shared expert's mlp, or NULL). add may come from an open branch: moe joins it
+     * before reading add. */
     void (*moe)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-                int n_experts, const bk_expert_t *shared, float limit);
+                int n_experts, const bk_tensor_t *add, float limit);
 
     /* ---- sampling ---- */
     /* Row i of logits (n x vocab) -> rows[i]'s token, exactly as sampler_pick chooses it from

@@ -388,6 +388,9 @@ static void cpu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, i
     for_rows(bk, n, 16 * logits.cols, pick_row, &a);
 }
 
+/* branch_begin/end/join: the CPU runs every op in issue order, which any branch allows. */
+static void cpu_in_order(backend_t *bk) { (void)bk; }
+
 backend_t *backend_cpu_create(int threads) {
     if (threads <= 0) threads = tp_default_threads();
     cpu_t *c = xcalloc(1, sizeof *c);
@@ -407,7 +410,8 @@ backend_t *backend_cpu_create(int threads) {
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,
         .group_pool = cpu_group_pool, .attention = cpu_attention, .attention_spans = cpu_attention_spans,
         .indexer_topk = cpu_indexer_topk, .indexer_spans = cpu_indexer_spans,
-        .router = cpu_router, .moe = cpu_moe, .pick = cpu_pick,
+        .router = cpu_router, .mlp = cpu_mlp, .moe = cpu_moe, .pick = cpu_pick,
+        .branch_begin = cpu_in_order, .branch_end = cpu_in_order, .branch_join = cpu_in_order,
     };
     return bk;
 }

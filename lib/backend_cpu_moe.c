@@ -1,7 +1,7 @@
 /* CPU router (sqrt-softplus scores, biased top-k selection, unbiased weights) and expert
  * compute: each expert runs its projections on the rows routed to it (threaded inside the
- * matmuls); every row then sums its experts in ascending expert order and the shared expert
- * last, as transformers does. */
+ * matmuls); every row then sums its experts in ascending expert order and adds the shared
+ * expert's output (mlp) last, as transformers does. */
 #include "backend_cpu_internal.h"
 #include "util.h"
 
@@ -73,7 +73,7 @@ static void expert_rows(cpu_t *c, const bk_expert_t *ex, const float *x, int64_t
 }
 
 void cpu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-             int n_experts, const bk_expert_t *shared, float limit) {
+             int n_experts, const bk_tensor_t *add, float limit) {
     cpu_t *c = cpu_of(bk);
     int64_t m = x.rows, D = x.cols, k = idx.cols, I = experts[0].w1->m.rows;
     float *xs = xmalloc((size_t)(m * D) * 4), *ws = xmalloc((size_t)m * 4);
@@ -94,16 +94,20 @@ void cpu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_
         for (int64_t t = 0; t < n; t++)
             for (int64_t d = 0; d < D; d++) acc[rows[t] * D + d] += ys[t * D + d];
     }
-    int64_t Is = shared ? shared->w1->m.rows : 0;
-    if (shared) {
-        if (Is > I) {
-            h1 = xrealloc(h1, (size_t)(m * Is) * 4);
-            h3 = xrealloc(h3, (size_t)(m * Is) * 4);
-        }
-        for (int64_t r = 0; r < m; r++) memcpy(xs + r * D, f32_at(x, r), (size_t)D * 4);
-        expert_rows(c, shared, xs, m, D, Is, NULL, limit, h1, h3, ys);
-        for (int64_t i = 0; i < m * D; i++) acc[i] += ys[i];
+    for (int64_t r = 0; r < m; r++) {
+        float *o = f32_at(out, r);
+        for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] + (add ? f32_at(*add, r)[d] : 0.0f);
     }
-    for (int64_t r = 0; r < m; r++) memcpy(f32_at(out, r), acc + r * D, (size_t)D * 4);
     free(xs), free(ws), free(h1), free(h3), free(ys), free(acc), free(rows);
+}
+
+void cpu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit) {
+    cpu_t *c = cpu_of(bk);
+    int64_t m = x.rows, D = x.cols, I = expert->w1->m.rows;
+    float *xs = xmalloc((size_t)(m * D) * 4), *h1 = xmalloc((size_t)(m * I) * 4), *h3 = xmalloc((size_t)(m * I) * 4);
+    float *ys = xmalloc((size_t)(m * D) * 4);
+    for (int64_t r = 0; r < m; r++) memcpy(xs + r * D, f32_at(x, r), (size_t)D * 4);
+    expert_rows(c, expert, xs, m, D, I, NULL, limit, h1, h3, ys);
+    for (int64_t r = 0; r < m; r++) memcpy(f32_at(out, r), ys + r * D, (size_t)D * 4);
+    free(xs), free(h1), free(h3), free(ys);
 }

@@ -56,6 +56,10 @@ void *cu_scratch(cuda_t *c, size_t bytes) {
 }
 
 void cu_release_scratch(cuda_t *c, void *p) {
+    if (c->in_branch) { /* the main stream may reuse it before the branch is done with it */
+        cu_release_later(c, p);
+        return;
+    }
     cu_block_t *b = u64map_remove(&c->live, (uint64_t)(uintptr_t)p);
     if (!b) die("CUDA backend: release of memory it did not allocate");
     if (c->n_free == c->cap_free) {
@@ -136,13 +140,6 @@ void backend_cuda_profile_report(backend_t *bk, FILE *f, double divide_by) {
 }
 
 /* ---- tensors ---------------------------------------------------------------------------- */
-void cu_join_side(cuda_t *c) {
-    if (!c->side_pending) return;
-    CU(cudaStreamWaitEvent(c->stream, c->side_done, 0));
-    cu_release_scratch(c, c->side_partial);
-    c->side_pending = false, c->side_partial = NULL;
-}
-
 static bk_tensor_t cuda_alloc(backend_t *bk, bk_dtype_t dtype, int64_t rows, int64_t cols) {
     cuda_t *c = cu_of(bk);
     size_t bytes = (size_t)(rows * cols) * 4;
@@ -152,8 +149,7 @@ static bk_tensor_t cuda_alloc(backend_t *bk, bk_dtype_t dtype, int64_t rows, int
 }
 
 static void cuda_release(backend_t *bk, bk_tensor_t *t) {
-    cu_join_side(cu_of(bk));
-    cu_release_scratch(cu_of(bk), t->ptr);
+    cu_release_later(cu_of(bk), t->ptr); /* the other streams may still read it */
     *t = (bk_tensor_t){0};
 }
 
@@ -181,8 +177,8 @@ static const void *pinned_copy(cuda_t *c, const void *host, size_t bytes) {
         c->ring = ring;
     }
     size_t off = (c->ring_used + 255) & ~(size_t)255;
-    if (off + bytes > RING_BYTES) {
-        CU(cudaStreamSynchronize(c->stream));
+    if (off + bytes > RING_BYTES) { /* every stream's uploads from the ring done */
+        CU(cudaDeviceSynchronize());
         off = 0;
     }
     c->ring_used = off + bytes;
@@ -212,7 +208,7 @@ static void memcpy_rows(cuda_t *c, void *dst, int64_t ldd, const void *src, int6
 static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
     cuda_t *c = cu_of(bk);
     size_t row = (size_t)dst.cols * 4;
-    cu_join_side(c);
+    cu_join_all(c);
     if (!dst.rows || !row) return;
     /* in a capture, the graph copies from page-locked memory that outlives the call */
     memcpy_rows(c, dst.ptr, dst.ld, pinned_copy(c, host, row * (size_t)dst.rows), dst.cols, dst.rows, dst.cols,
@@ -222,7 +218,7 @@ static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
 static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
     cuda_t *c = cu_of(bk);
     size_t row = (size_t)src.cols * 4;
-    cu_join_side(c);
+    cu_join_all(c);
     if (!src.rows || !row) return;
     if (c->capturing) { /* delivered by backend_cuda_graph_end */
         uint8_t *s = stage_take(c, row * (size_t)src.rows);
@@ -275,7 +271,7 @@ static void cuda_copy_many(backend_t *bk, const bk_tensor_t *dst, const bk_tenso
 }
 
 void backend_cuda_sync(backend_t *bk) {
-    cu_join_side(cu_of(bk));
+    cu_join_all(cu_of(bk));
     CU(cudaStreamSynchronize(cu_of(bk)->stream));
 }
 
@@ -346,7 +342,7 @@ static bk_weight_t *cuda_bind(backend_t *bk, const wmat_t *m) {
 
 static void cuda_unbind(backend_t *bk, bk_weight_t *w) {
     cuda_t *c = cu_of(bk);
-    cu_join_side(c);
+    cu_join_all(c);
     if (w->host) {
         for (int i = 0; i < 2; i++)
             if (w->reg[i]) CU(cudaFreeHost(w->reg[i]));
@@ -388,7 +384,7 @@ bk_weight_t *backend_cuda_random_weight(backend_t *bk, wq_kind_t kind, int64_t r
 }
 
 void backend_cuda_fill(backend_t *bk, bk_tensor_t t, float lo, float hi, uint64_t seed) {
-    cu_join_side(cu_of(bk));
+    cu_join_all(cu_of(bk));
     CU(k_fill_uniform(t.ptr, t.ld, t.rows, t.cols, lo, hi, seed, cu_of(bk)->stream));
 }
 
@@ -396,7 +392,7 @@ void backend_cuda_fill(backend_t *bk, bk_tensor_t t, float lo, float hi, uint64_
 void backend_cuda_graph_begin(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     if (c->capturing) die("CUDA backend: graph capture already open");
-    cu_join_side(c); /* a capture may not wait on work enqueued before it */
+    cu_join_all(c); /* a capture may not wait on work enqueued before it */
     if (!c->stage) {
         void *stage;
         CU(cudaHostAlloc(&stage, STAGE_BYTES, cudaHostAllocDefault));
@@ -412,7 +408,7 @@ void backend_cuda_graph_begin(backend_t *bk) {
 void backend_cuda_graph_end(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     if (!c->capturing) die("CUDA backend: no graph capture open");
-    cu_join_side(c); /* the second stream's work rejoins the capture */
+    cu_join_all(c); /* the other streams' work rejoins the capture */
     cudaGraph_t g;
     CU(cudaStreamEndCapture(c->stream, &g));
     c->capturing = false;
@@ -478,12 +474,7 @@ double backend_cuda_graph_replay(backend_t *bk, int n) {
 /* ---- the backend -------------------------------------------------------------------------- */
 static void cuda_destroy(backend_t *bk) {
     cuda_t *c = cu_of(bk);
-    cu_join_side(c);
-    CU(cudaStreamSynchronize(c->stream));
-    CU(cudaStreamDestroy(c->side));
-    CU(cudaEventDestroy(c->side_fork));
-    CU(cudaEventDestroy(c->side_done));
-    CU(cudaFree(c->side_counter));
+    cu_streams_destroy(c);
     for (size_t i = 0; i < c->live.cap; i++)
         if (c->live.values[i]) {
             cu_block_t *b = c->live.values[i];
@@ -539,20 +530,22 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
                  device, p.name, p.major, p.minor);
         return NULL;
     }
-    /* Programmatic dependent launch (kernels/common.cuh): on by default; DI_CUDA_PDL=0 launches
-     * every kernel plainly, the switch for measuring what the overlap saves. */
-    const char *pdl = getenv("DI_CUDA_PDL"), *side = getenv("DI_CUDA_SIDE");
-    if (pdl && *pdl && strcmp(pdl, "0") && strcmp(pdl, "1")) {
-        snprintf(err, errlen, "DI_CUDA_PDL must be 0 or 1, not '%s'", pdl);
-        return NULL;
+    /* Switches for measuring what an overlap saves, all on by default: programmatic dependent
+     * launch (kernels/common.cuh; DI_CUDA_PDL=0 launches every kernel plainly), the mHC
+     * coefficients on a second stream (cu_hc_pre; DI_CUDA_SIDE=0 makes them in the one launch
+     * with the site's input), the forward's branches on a third (backend_cuda_streams.c;
+     * DI_CUDA_BRANCH=0 runs them in issue order). */
+    const char *names[] = {"DI_CUDA_PDL", "DI_CUDA_SIDE", "DI_CUDA_BRANCH"};
+    bool on[3];
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v && strcmp(v, "0") && strcmp(v, "1")) {
+            snprintf(err, errlen, "%s must be 0 or 1, not '%s'", names[i], v);
+            return NULL;
+        }
+        on[i] = !v || strcmp(v, "0");
     }
-    /* The mHC coefficients on a second stream (cu_hc_pre): on by default; DI_CUDA_SIDE=0 makes
-     * them in the one launch with the site's input, for measuring what the overlap saves. */
-    if (side && *side && strcmp(side, "0") && strcmp(side, "1")) {
-        snprintf(err, errlen, "DI_CUDA_SIDE must be 0 or 1, not '%s'", side);
-        return NULL;
-    }
-    k_set_pdl(!pdl || strcmp(pdl, "0"));
+    k_set_pdl(on[0]);
     CU(cudaSetDevice(device));
     cuda_t *c = xcalloc(1, sizeof *c);
     c->device = device;
@@ -568,12 +561,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         return NULL;
     }
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    c->side_on = !side || strcmp(side, "0");
-    CU(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
-    CU(cudaEventCreateWithFlags(&c->side_fork, cudaEventDisableTiming));
-    CU(cudaEventCreateWithFlags(&c->side_done, cudaEventDisableTiming));
-    CU(cudaMalloc((void **)&c->side_counter, sizeof *c->side_counter));
-    CU(cudaMemset(c->side_counter, 0, sizeof *c->side_counter));
+    cu_streams_create(c, on[1], on[2]);
     CU(cudaMalloc((void **)&c->counters, CU_COUNTERS * sizeof *c->counters));
     CU(cudaMemset(c->counters, 0, CU_COUNTERS * sizeof *c->counters));
     backend_t *bk = xcalloc(1, sizeof *bk);
@@ -587,7 +575,8 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         .gather = cu_gather, .engram_gate = cu_engram_gate,
         .group_pool = cu_group_pool, .attention = cu_attention, .attention_spans = cu_attention_spans,
         .indexer_topk = cu_indexer_topk, .indexer_spans = cu_indexer_spans,
-        .router = cu_router, .moe = cu_moe, .pick = cu_pick,
+        .router = cu_router, .mlp = cu_mlp, .moe = cu_moe, .pick = cu_pick,
+        .branch_begin = cu_branch_begin, .branch_end = cu_branch_end, .branch_join = cu_branch_join,
     };
     return bk;
 }

@@ -77,14 +77,18 @@ typedef struct {
     /* MoE expert tables */
     cu_experts_t *expert_tabs;
     int n_expert_tabs;
-    /* a decode hc_pre's coefficients, made on a second stream while the main one goes on with
-     * the site's input (cu_hc_pre); joined into the main stream by cu_join_side */
-    bool side_on;
-    cudaStream_t side;
-    cudaEvent_t side_fork, side_done;
-    bool side_pending;
-    void *side_partial;    /* its scratch, released when joined */
+    /* the second and third streams (backend_cuda_streams.c) */
+    bool side_on, branch_on;
+    cudaStream_t side, branch, main_stream;
+    cudaEvent_t side_fork, side_done, branch_fork, branch_done;
+    bool side_pending;      /* a hc_pre's coefficients in flight on side */
+    void *side_partial;     /* its scratch, released when joined */
     unsigned *side_counter; /* its split-K counter (the main stream's matmuls use c->counters) */
+    bool in_branch;         /* between branch_begin and branch_end: c->stream is the branch */
+    bool branch_open;       /* ended, not yet joined */
+    unsigned *branch_counters; /* the split-K counters of the stream not issuing now */
+    void **held;            /* blocks released while another stream may still use them */
+    size_t n_held, cap_held;
 } cuda_t;
 
 #define CU_COUNTERS 65536
@@ -95,15 +99,26 @@ static inline cuda_t *cu_of(backend_t *bk) { return bk->impl; }
 void cu_check(cudaError_t e, const char *what, const char *file, int line);
 #define CU(call) cu_check((call), #call, __FILE__, __LINE__)
 
-/* The main stream waits for the second stream's work (cu_hc_pre): before any op that reads a
- * site's coefficients or writes the streams X (the hc ops, the Engram gate), before the host
- * sees or frees memory (download, upload, release, unbind, fill, sync, pick, graph end), and
- * before the next hc_pre. The forward's other ops (matmuls, norms, RoPE, QAT, attention,
- * indexer, router, MoE, copies) read neither, so they run while it is in flight. */
+/* The main stream waits for the side stream's coefficients (cu_hc_pre): before any op that
+ * reads a site's coefficients or writes the streams X (the hc ops, the Engram gate) and before
+ * the next hc_pre. The forward's other ops (matmuls, norms, RoPE, QAT, attention, indexer,
+ * router, MoE, copies) read neither, so they run while it is in flight. */
 void cu_join_side(cuda_t *c);
+/* The main stream waits for the open branch (branch_join, moe's add). */
+void cu_join_branch(cuda_t *c);
+/* Both: before the host sees or frees memory (download, upload, unbind, fill, sync, pick),
+ * around a capture, at destroy. */
+void cu_join_all(cuda_t *c);
+/* Releases p now, or holds it until both other streams are joined if either may use it. */
+void cu_release_later(cuda_t *c, void *p);
+void cu_streams_create(cuda_t *c, bool side_on, bool branch_on);
+void cu_streams_destroy(cuda_t *c);
+void cu_branch_begin(backend_t *bk);
+void cu_branch_end(backend_t *bk);
+void cu_branch_join(backend_t *bk);
 
 /* Device scratch from the caching allocator (ordered on the stream, so it may be released as
- * soon as the last kernel using it is enqueued). */
+ * soon as the last kernel using it is enqueued; inside a branch it is held to the join). */
 void *cu_scratch(cuda_t *c, size_t bytes);
 void cu_release_scratch(cuda_t *c, void *p);
 
@@ -122,7 +137,8 @@ void cu_prof_end(cuda_t *c);
 void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
 void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups);
 void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-            int n_experts, const bk_expert_t *shared, float limit);
+            int n_experts, const bk_tensor_t *add, float limit);
+void cu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit);
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch);
 void cu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
 void cu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, int64_t pos0, int64_t pos_step, bool inverse);

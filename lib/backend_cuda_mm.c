@@ -188,28 +188,32 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
     return &c->expert_tabs[c->n_expert_tabs++];
 }
 
-/* One expert MLP over m positions of x (the shared expert): y = w2 . act(w1 x, w3 x); at few
+/* One expert MLP over every row of x (the shared expert): out = w2 . act(w1 x, w3 x); at few
  * positions on the tensor cores w1, w3 and the activation are one launch. */
-static void shared_expert(cuda_t *c, const bk_expert_t *sh, const float *x, int64_t ldx, int64_t m, float *y, float limit) {
-    int64_t I = sh->w1->w.rows, D = sh->w2->w.rows;
+void cu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *e, float limit) {
+    cuda_t *c = cu_of(bk);
+    int64_t m = x.rows, I = e->w1->w.rows, D = e->w2->w.rows;
+    if (m <= 0) return;
+    cu_prof_begin(c, "moe shared expert");
     float *g = cu_scratch(c, (size_t)(m * I) * 4);
-    mm_args_t a = {.m = m, .n = I, .k = sh->w1->w.cols, .x = x, .ldx = ldx, .out = g, .ldo = I, .w = sh->w1->w,
-                   .positions = m, .w_pair = sh->w3->w, .limit = limit};
-    if (use_tcs(c, &a) && k_matmul_tcs_ok(&sh->w3->w) && tc_weights_ok(c, &sh->w3->w) && kw_same_layout(&sh->w1->w, &sh->w3->w))
+    mm_args_t a = {.m = m, .n = I, .k = e->w1->w.cols, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = e->w1->w,
+                   .positions = m, .w_pair = e->w3->w, .limit = limit};
+    if (use_tcs(c, &a) && k_matmul_tcs_ok(&e->w3->w) && tc_weights_ok(c, &e->w3->w) && kw_same_layout(&e->w1->w, &e->w3->w))
         mm_run(c, &a, false);
     else {
         float *u = cu_scratch(c, (size_t)(m * I) * 4);
-        dense(c, g, I, x, ldx, m, sh->w1, 0, I, false);
-        dense(c, u, I, x, ldx, m, sh->w3, 0, I, false);
+        dense(c, g, I, x.ptr, x.ld, m, e->w1, 0, I, false);
+        dense(c, u, I, x.ptr, x.ld, m, e->w3, 0, I, false);
         CU(k_moe_act(g, g, u, NULL, m, I, limit, c->stream));
         cu_release_scratch(c, u);
     }
-    dense(c, y, D, g, I, m, sh->w2, 0, D, false);
+    dense(c, out.ptr, out.ld, g, I, m, e->w2, 0, D, false);
     cu_release_scratch(c, g);
+    cu_prof_end(c);
 }
 
 void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-            int n_experts, const bk_expert_t *shared, float limit) {
+            int n_experts, const bk_tensor_t *add, float limit) {
     cuda_t *c = cu_of(bk);
     int64_t m = x.rows, D = x.cols, k = idx.cols, E = n_experts, P = m * k;
     if (m <= 0) return;
@@ -220,7 +224,6 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     int32_t *counts = tl + 2 * tiles;
     float *wpos = cu_scratch(c, (size_t)P * 4), *g = cu_scratch(c, (size_t)(P * I) * 4);
     float *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
-    float *s = shared ? cu_scratch(c, (size_t)(m * D) * 4) : NULL;
 
     cu_prof_begin(c, "moe dispatch");
     CU(k_moe_dispatch(idx.ptr, idx.ld, wt.ptr, wt.ld, m, (int)k, (int)E, offsets, pos_of, x_rows, wpos, active, tl, counts,
@@ -247,18 +250,14 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     mm_run(c, &a, false); /* w2 */
     cu_prof_end(c);
 
-    if (shared) {
-        cu_prof_begin(c, "moe shared expert");
-        shared_expert(c, shared, x.ptr, x.ld, m, s, limit);
-        cu_prof_end(c);
-    }
+    if (add) cu_join_branch(c); /* add may be the shared expert's, made on a branch */
     cu_prof_begin(c, "moe combine");
-    CU(k_moe_combine(out.ptr, out.ld, y, pos_of, idx.ptr, idx.ld, s, m, (int)k, D, c->stream));
+    CU(k_moe_combine(out.ptr, out.ld, y, pos_of, idx.ptr, idx.ld, add ? add->ptr : NULL, add ? add->ld : 0, m, (int)k, D,
+                     c->stream));
     cu_prof_end(c);
     cu_release_scratch(c, ints);
     cu_release_scratch(c, wpos);
     cu_release_scratch(c, g);
     cu_release_scratch(c, u);
     cu_release_scratch(c, y);
-    if (s) cu_release_scratch(c, s);
 }

@@ -117,7 +117,7 @@ void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, 
         return;
     }
     a.partial = cu_scratch(c, k_hc_pre_partial_floats(&a) * sizeof(float));
-    if (!c->side_on) {
+    if (!c->side_on || c->in_branch) {
         a.counter = c->counters;
         OP("hc_pre", k_hc_pre(&a, c->stream));
         cu_release_scratch(c, a.partial);

@@ -51,7 +51,7 @@ static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, c
 
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
     cuda_t *c = cu_of(bk);
-    cu_join_side(c);
+    cu_join_all(c);
     if (c->capturing) die("CUDA backend: pick inside a graph capture (the tokens are needed at once)");
     if (n <= 0) return;
     int64_t V = logits.cols, words = (V + 31) / 32;

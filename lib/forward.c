@@ -20,6 +20,7 @@ static void chunk_alloc(fwd_t *f) {
     A(xc, n, D);
     A(xin, n, D);
     A(y, n, D);
+    A(ysh, n, D);
     A(cq, n, c->q_lora_rank);
     A(q, n, c->n_heads * hd);
     A(kv, n, hd);
@@ -53,7 +54,7 @@ static void chunk_alloc(fwd_t *f) {
 
 static void chunk_free(fwd_t *f) {
     backend_t *bk = f->bk;
-    bk_tensor_t *ts[] = {&f->X, &f->coefA, &f->coefF, &f->xc, &f->xin, &f->y, &f->cq, &f->q, &f->kv, &f->o, &f->u,
+    bk_tensor_t *ts[] = {&f->X, &f->coefA, &f->coefF, &f->xc, &f->xin, &f->y, &f->ysh, &f->cq, &f->q, &f->kv, &f->o, &f->u,
                          &f->iq, &f->iw, &f->cz, &f->cs, &f->gz, &f->gs, &f->lat, &f->key, &f->ent, &f->rlog, &f->rwt, &f->ridx,
                          &f->ids, &f->cand, &f->erows, &f->eR, &f->ekv};
     for (size_t i = 0; i < DI_ARRAY_LEN(ts); i++)
@@ -121,9 +122,13 @@ static void block(fwd_t *f, int L, int64_t k0) {
     bk->hc_pre(bk, xin, cF, X, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, bk_cols(cA, 0, hc), &w->ffn_norm, (int)hc, eps,
                hc_eps, c->hc_sinkhorn_iters);
     bk_tensor_t rlog = bk_rows(f->rlog, k0, m), ridx = bk_rows(f->ridx, k0, m), rwt = bk_rows(f->rwt, k0, m);
+    bk_tensor_t ysh = bk_rows(f->ysh, k0, m);
+    bk->branch_begin(bk); /* the shared expert alongside the router and the routed experts */
+    bk->mlp(bk, ysh, xin, &w->ffn.shared, (float)c->swiglu_limit);
+    bk->branch_end(bk);
     bk->matmul(bk, rlog, xin, w->ffn.gate, 0);
     bk->router(bk, ridx, rwt, rlog, w->ffn.bias, (float)c->gate_temp, c->norm_topk_prob, (float)c->routed_scaling_factor);
-    bk->moe(bk, y, xin, ridx, rwt, w->ffn.experts, c->n_routed_experts, &w->ffn.shared, (float)c->swiglu_limit);
+    bk->moe(bk, y, xin, ridx, rwt, w->ffn.experts, c->n_routed_experts, &ysh, (float)c->swiglu_limit);
     bk->hc_expand(bk, X, y, cF, (int)hc);
 }
 

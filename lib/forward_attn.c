@@ -170,7 +170,8 @@ static void compress(fwd_t *f, int L, int64_t k0) {
 }
 
 /* Indexer of index-source layer L: its selection for rows [k0, n), and the candidate blocks
- * when it is the candidate source (or restricted to them when it uses them). */
+ * when it is the candidate source (or restricted to them when it uses them). Its queries are
+ * made while fwd_attention's branch (the compressor's keys) may still run. */
 static void indexer(fwd_t *f, int L, int64_t k0) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
@@ -183,6 +184,7 @@ static void indexer(fwd_t *f, int L, int64_t k0) {
     bk->rope_spans(bk, f->iq, c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], spans, ns, 1, false);
     fwd_qat(f, k0, f->iq, QAT_FP4_UE8M0, 32, false);
     bk->matmul(bk, bk_rows(f->iw, k0, m), bk_rows(f->xin, k0, m), w->attn.idx_wproj, 0);
+    bk->branch_join(bk); /* the keys come from the compressor's branch */
     for (int i = 0, k = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0)) continue;
@@ -256,17 +258,19 @@ void fwd_attention(fwd_t *f, int L, int64_t k0) {
     bk_tensor_t xin = bk_rows(f->xin, k0, m), cq = bk_rows(f->cq, k0, m), q = bk_rows(f->q, k0, m);
     bk_tensor_t kv = bk_rows(f->kv, k0, m), u = bk_rows(f->u, k0, m);
 
-    bk->matmul(bk, cq, xin, w->attn.wq_a, 0);
-    bk->rmsnorm(bk, cq, cq, &w->attn.q_norm, eps); /* kept: the indexer query reads it */
-    bk->matmul(bk, q, cq, w->attn.wq_b, 0);
-    rope_pieces(f, k0, f->q, table, false);
+    bk->branch_begin(bk); /* the window KV and the compressor alongside the query */
     bk->matmul(bk, kv, xin, w->attn.wkv, 0);
     bk->rmsnorm(bk, kv, kv, &w->attn.kv_norm, eps);
     rope_pieces(f, k0, f->kv, table, false);
     fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
-
     if (s->ratio && s->has_compressor) compress(f, L, k0);
-    if (s->ratio && s->has_indexer) indexer(f, L, k0);
+    bk->branch_end(bk);
+    bk->matmul(bk, cq, xin, w->attn.wq_a, 0);
+    bk->rmsnorm(bk, cq, cq, &w->attn.q_norm, eps); /* kept: the indexer query reads it */
+    bk->matmul(bk, q, cq, w->attn.wq_b, 0);
+    rope_pieces(f, k0, f->q, table, false);
+    if (s->ratio && s->has_indexer) indexer(f, L, k0); /* joins the branch before reading keys */
+    bk->branch_join(bk);
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
     copies_t cp = {0};
     int cut = wave_cut(f, k0);

@@ -28,7 +28,7 @@ typedef struct {
     int n_pieces;
     int64_t k0;                     /* rows [0, k0) are head pieces: later decoder layers skip them */
     bk_tensor_t X, coefA, coefF;    /* streams; attention-site and FFN-site mixes */
-    bk_tensor_t xc, xin, y;         /* collapse, normed block input, block output (D wide) */
+    bk_tensor_t xc, xin, y, ysh;    /* collapse, normed block input, block output, shared expert (D wide) */
     bk_tensor_t cq, q, kv, o, u;    /* attention: q_norm(wq_a x), heads, window KV, output, grouped */
     bk_tensor_t iq, iw;             /* indexer query and head weights */
     bk_tensor_t cz, cs, gz, gs, lat, key, ent; /* compressor: projections of every row, one group run, latents */

@@ -1060,6 +1060,21 @@ static void spread_routes(int32_t *idx, int M, int K, int E, int step, int wobbl
         for (int k = 0; k < K; k++) idx[r * K + k] = (int32_t)((r * step + k * 3 + (r % wobble)) % E);
 }
 
+/* The forward's MoE: the shared expert (mlp) on a branch, added by moe, which joins it. */
+static void moe_shared(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *ex,
+                       int E, const bk_expert_t *shared, float limit) {
+    if (!shared) {
+        bk->moe(bk, out, x, idx, wt, ex, E, NULL, limit);
+        return;
+    }
+    bk_tensor_t ys = bk->alloc(bk, BK_F32, x.rows, x.cols);
+    bk->branch_begin(bk);
+    bk->mlp(bk, ys, x, shared, limit);
+    bk->branch_end(bk);
+    bk->moe(bk, out, x, idx, wt, ex, E, &ys, limit);
+    bk->release(bk, &ys);
+}
+
 static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool with_shared, bool skewed) {
     bool quant = kind == WQ_FP8 || kind == WQ_FP4;
     experts_t ex;
@@ -1084,8 +1099,8 @@ static void moe_case(int m, int D, int I, int E, int k, wq_kind_t kind, bool wit
     for (int lim = 0; lim < 2; lim++) {
         float limit = lim ? 0.7f : 0.0f;
         poison(o.g);
-        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex.g, E, with_shared ? &ex.shg : NULL, limit);
-        cpu->moe(cpu, o.c, tx.c, ti.c, tw.c, ex.c, E, with_shared ? &ex.shc : NULL, limit);
+        moe_shared(gpu, o.g, tx.g, ti.g, tw.g, ex.g, E, with_shared ? &ex.shg : NULL, limit);
+        moe_shared(cpu, o.c, tx.c, ti.c, tw.c, ex.c, E, with_shared ? &ex.shc : NULL, limit);
         float *g = t_download(gpu, o.g), *c = t_download(cpu, o.c);
         /* the reference with the tensor cores' bf16 roundings or without (CUDA cores), for the routed
          * and the shared experts (dense) each */
@@ -1157,9 +1172,9 @@ static void moe_invariance_case(int D, int I) {
     pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K), o = out2(BK_F32, M, D), o1 = out2(BK_F32, M, D);
     int diff = 0;
     for (int lim = 0; lim < 2; lim++) {
-        gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex.g, E, &ex.shg, lim ? 0.7f : 0.0f);
+        moe_shared(gpu, o.g, tx.g, ti.g, tw.g, ex.g, E, &ex.shg, lim ? 0.7f : 0.0f);
         for (int r = 0; r < M; r++)
-            gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex.g, E, &ex.shg,
+            moe_shared(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex.g, E, &ex.shg,
                      lim ? 0.7f : 0.0f);
         float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
         for (int r = 0; r < M; r++) diff += memcmp(u + r * D, v + r * D, D * 4) != 0;
@@ -1203,8 +1218,8 @@ static void test_tc_batch_invariance(void) {
         gpu->matmul(gpu, oh, bk_rows(tx.g, 0, H), wd.g, 0);
         gpu->matmul(gpu, ob, tx.g, wb.g, 0);
         gpu->matmul(gpu, obh, bk_rows(tx.g, 0, H), wb.g, 0);
-        gpu->moe(gpu, y, tx.g, ti.g, tw.g, ex.g, E, &ex.shg, 0.0f);
-        gpu->moe(gpu, yh, bk_rows(tx.g, 0, H), bk_rows(ti.g, 0, H), bk_rows(tw.g, 0, H), ex.g, E, &ex.shg, 0.0f);
+        moe_shared(gpu, y, tx.g, ti.g, tw.g, ex.g, E, &ex.shg, 0.0f);
+        moe_shared(gpu, yh, bk_rows(tx.g, 0, H), bk_rows(ti.g, 0, H), bk_rows(tw.g, 0, H), ex.g, E, &ex.shg, 0.0f);
         float *a = t_download(gpu, o), *b = t_download(gpu, oh), *c = t_download(gpu, y), *d = t_download(gpu, yh);
         CHECKF(!memcmp(a, b, (size_t)H * N * 4), "precision %d: dense rows differ batched and alone", (int)precs[pr]);
         CHECKF(!memcmp(c, d, (size_t)H * D * 4), "precision %d: expert rows differ batched and alone", (int)precs[pr]);
@@ -1334,6 +1349,65 @@ static void test_views_and_copy(void) {
     gpu->release(gpu, &z);
     free2(&t), free2(&u);
     free(a), free(zv);
+}
+
+/* Ops on a branch alongside ops on the main line give the bits of the same ops in issue order,
+ * ten times over: split-K matmuls on both (both streams' counters busy at once), scratch and a
+ * tensor released inside the branch; a block the branch released is not handed to the main
+ * line before the join. */
+/* o: the branch's norm and output, the main line's two outputs */
+static void branch_round(const weight_t *w, bk_tensor_t x, const bk_tensor_t *o, bool branch) {
+    int64_t m = x.rows, D = x.cols;
+    if (branch) gpu->branch_begin(gpu);
+    gpu->matmul(gpu, o[0], x, w[0].g, 0);
+    gpu->rmsnorm(gpu, o[0], o[0], NULL, 1e-6f);
+    bk_tensor_t t = gpu->alloc(gpu, BK_F32, m, D);
+    void *released = t.ptr;
+    gpu->matmul(gpu, t, o[0], w[2].g, 0);
+    gpu->copy(gpu, o[1], t);
+    gpu->release(gpu, &t);
+    if (branch) gpu->branch_end(gpu);
+    bk_tensor_t u = gpu->alloc(gpu, BK_F32, m, D);
+    const char *on = getenv("DI_CUDA_BRANCH");
+    if (branch && !(on && !strcmp(on, "0"))) CHECKF(u.ptr != released, "the branch's released block reused before the join");
+    gpu->matmul(gpu, o[2], x, w[1].g, 0);
+    gpu->matmul(gpu, u, o[2], w[2].g, 0);
+    gpu->copy(gpu, o[3], u);
+    gpu->release(gpu, &u);
+    if (branch) gpu->branch_join(gpu);
+}
+
+static void test_branch(void) {
+    enum { D = 7168, N = 1024 };
+    weight_t w[3] = {make_weight(WQ_FP8, N, D, 32), make_weight(WQ_FP8, N, D, 32), make_weight(WQ_FP8, D, N, 32)};
+    for (int m = 1; m <= 3; m += 2) {
+        float *x = t_rand_vec((size_t)(m * D), 1.0f);
+        bk_tensor_t tx = gpu->alloc(gpu, BK_F32, m, D);
+        gpu->upload(gpu, tx, x);
+        bk_tensor_t ref[4], got[4];
+        for (int k = 0; k < 4; k++) {
+            int64_t cols = k % 2 ? D : N;
+            ref[k] = gpu->alloc(gpu, BK_F32, m, cols), got[k] = gpu->alloc(gpu, BK_F32, m, cols);
+        }
+        branch_round(w, tx, ref, false);
+        float *want[4];
+        for (int k = 0; k < 4; k++) want[k] = t_download(gpu, ref[k]);
+        int differ = 0;
+        for (int rep = 0; rep < 10; rep++) {
+            for (int k = 0; k < 4; k++) poison(got[k]);
+            branch_round(w, tx, got, true);
+            for (int k = 0; k < 4; k++) {
+                float *g = t_download(gpu, got[k]);
+                differ += memcmp(g, want[k], (size_t)(m * got[k].cols) * 4) != 0;
+                free(g);
+            }
+        }
+        CHECKF(differ == 0, "%d rows: %d outputs of 40 differ from issue order", m, differ);
+        for (int k = 0; k < 4; k++) free(want[k]), gpu->release(gpu, &ref[k]), gpu->release(gpu, &got[k]);
+        gpu->release(gpu, &tx);
+        free(x);
+    }
+    for (int i = 0; i < 3; i++) free_weight(&w[i]);
 }
 
 /* A few ops and a download captured as a graph, twice with new inputs (the second replays by
@@ -1480,7 +1554,8 @@ int main(int argc, char **argv) {
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
         {"test_moe_tcs", test_moe_tcs},
         {"test_tc_batch_invariance", test_tc_batch_invariance},
-        {"test_views_and_copy", test_views_and_copy}, {"test_graph", test_graph}, {"test_pick", test_pick},
+        {"test_views_and_copy", test_views_and_copy}, {"test_branch", test_branch}, {"test_graph", test_graph},
+        {"test_pick", test_pick},
     };
     for (int a = 1; a < argc; a++) {
         size_t i = 0;

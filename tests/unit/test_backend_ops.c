@@ -563,9 +563,11 @@ static void test_moe(void) {
     float *x = t_rand_vec((size_t)(m * D), 2.0f), wt[5 * 2] = {0.5f, 1.0f, 0.25f, 0.75f, 1.5f, 0.1f, 1, 1, 0.3f, 0.2f};
     int32_t idx[5 * 2] = {0, 3, 1, 2, 3, 1, 2, 0, 1, 3};
     bk_tensor_t tx = put(bk, x, m, D), ti = put_i(bk, idx, m, k), tw = put(bk, wt, m, k), out = bk->alloc(bk, BK_F32, m, D);
-    for (int lim = 0; lim < 2; lim++) {
+    bk_tensor_t ys = bk->alloc(bk, BK_F32, m, D);
+    for (int lim = 0; lim < 2; lim++) { /* the shared expert through mlp, added by moe */
         float limit = lim ? 0.7f : 0.0f;
-        bk->moe(bk, out, tx, ti, tw, ex, E, &shared, limit);
+        bk->mlp(bk, ys, tx, &shared, limit);
+        bk->moe(bk, out, tx, ti, tw, ex, E, &ys, limit);
         float *got = t_download(bk, out);
         double ref[5 * 37] = {0};
         for (int r = 0; r < m; r++)
@@ -592,7 +594,7 @@ static void test_moe(void) {
     for (int j = 0; j < 3; j++) t_weight_free(&sh[j]);
     for (int e = 0; e < E; e++) bk->unbind(bk, ex[e].w1), bk->unbind(bk, ex[e].w2), bk->unbind(bk, ex[e].w3);
     bk->unbind(bk, shared.w1), bk->unbind(bk, shared.w2), bk->unbind(bk, shared.w3);
-    bk->release(bk, &tx), bk->release(bk, &ti), bk->release(bk, &tw), bk->release(bk, &out);
+    bk->release(bk, &tx), bk->release(bk, &ti), bk->release(bk, &tw), bk->release(bk, &out), bk->release(bk, &ys);
     free(x);
 }
 
