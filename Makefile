@@ -53,6 +53,9 @@ TESTLIB   := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(wildcard tests/*.c))
 # Test-only helper programs that Python tests drive, and benchmark drivers: one .c each.
 DRIVER_BINS := $(patsubst tests/drivers/%.c,$(BUILD)/drivers/%,$(wildcard tests/drivers/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+ifneq ($(NVCC),)
+BENCH_BINS  += $(BUILD)/bench/libditrace.so # bench/trace: a kernel timeline through CUPTI
+endif
 
 .PHONY: all tools tests setup deps data demo check check-gpu asan check-asan fuzz clean
 .SECONDARY: # keep the objects make would treat as intermediate
@@ -93,6 +96,11 @@ $(BUILD)/drivers/%: $(BUILD)/tests/drivers/%.o $(LIBDI)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIBDI)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/libditrace.so: bench/trace/ditrace.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c17 -Wall -Wextra -Werror -O2 -fPIC -shared -isystem $(CUDA_HOME)/include $< -o $@ \
+	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
 
 $(TESTLIB): $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)

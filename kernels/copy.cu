@@ -1,7 +1,9 @@
 // Strided 2-D copies on the device (the backend's copy ops): kernels rather than 2-D memcpys,
 // so that graph replays can update them in place (2-D memcpy nodes cannot be updated). Many
-// copies (a batch's window and pool writes) go in one launch from a device table.
+// copies (a batch's window and pool writes) go in one launch.
 #include "common.cuh"
+
+#include <string.h>
 
 __global__ void copy_kernel(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t cols) {
     pdl_begin();
@@ -21,10 +23,17 @@ extern "C" cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t
     return cudaSuccess;
 }
 
+// A decode step's few copies ride in the launch's arguments: a table uploaded for them was a
+// memcpy node in the captured step that cost 2-16 us before the kernel could start (kernel
+// timeline, docs/CUDA_NOTES.md run 42).
+typedef struct {
+    copy_desc_t d[K_COPY_INLINE];
+} copy_list_t;
+
 // Block (x, y) copies every gridDim.x-th element of copy y, from element x * blockDim.x.
-__global__ void copy_many_kernel(const copy_desc_t *d) {
+__global__ void copy_many_kernel(const copy_desc_t *table, const __grid_constant__ copy_list_t list) {
     pdl_begin();
-    copy_desc_t c = d[blockIdx.y];
+    copy_desc_t c = table ? table[blockIdx.y] : list.d[blockIdx.y];
     int64_t n = c.rows * c.cols;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / c.cols, k = i % c.cols;
@@ -32,11 +41,18 @@ __global__ void copy_many_kernel(const copy_desc_t *d) {
     }
 }
 
-extern "C" cudaError_t k_copy_many(const copy_desc_t *d, int n, int64_t most, cudaStream_t s) {
+extern "C" cudaError_t k_copy_many(const copy_desc_t *host, const copy_desc_t *dev, int n, int64_t most, cudaStream_t s) {
     if (n <= 0 || most <= 0) return cudaSuccess;
+    unsigned nx = (unsigned)min(ceil_div(most, 256), (int64_t)64);
+    copy_list_t list;
+    memset(&list, 0, sizeof list);
+    if (n <= K_COPY_INLINE) {
+        memcpy(list.d, host, (size_t)n * sizeof *host);
+        return k_launch(copy_many_kernel, dim3(nx, (unsigned)n), 256, 0, s, (const copy_desc_t *)NULL, list);
+    }
     for (int i = 0; i < n; i += 65535) {
         unsigned ny = (unsigned)(n - i < 65535 ? n - i : 65535);
-        cudaError_t e = k_launch(copy_many_kernel, dim3((unsigned)min(ceil_div(most, 256), (int64_t)64), ny), 256, 0, s, d + i);
+        cudaError_t e = k_launch(copy_many_kernel, dim3(nx, ny), 256, 0, s, dev + i, list);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;

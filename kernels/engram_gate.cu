@@ -1,5 +1,6 @@
 // Engram write (MODEL_V41 §5.2), in fp32: per row and stream k, the gate from the normalized
-// dot of the stream, qk and the key, then X_k += g * V. One block per (row, stream).
+// dot of the stream, qk and the key, then X_k += g * V. One block of 1024 threads per (row,
+// stream): a decode step's four blocks are its whole grid.
 #include "common.cuh"
 
 __global__ void engram_gate_kernel(float *X, int64_t ldx, const float *kv, int64_t ldkv, const float *qk, int64_t ldqk,
@@ -29,5 +30,5 @@ __global__ void engram_gate_kernel(float *X, int64_t ldx, const float *kv, int64
 extern "C" cudaError_t k_engram_gate(float *X, int64_t ldx, const float *kv, int64_t ldkv, const float *qk, int64_t ldqk,
                                      int64_t rows, int64_t D, int hc, float eps, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    return k_launch(engram_gate_kernel, dim3((unsigned)hc, (unsigned)rows), 256, 0, s, X, ldx, kv, ldkv, qk, ldqk, D, hc, eps);
+    return k_launch(engram_gate_kernel, dim3((unsigned)hc, (unsigned)rows), 1024, 0, s, X, ldx, kv, ldkv, qk, ldqk, D, hc, eps);
 }

@@ -99,13 +99,16 @@ cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s);
 
 /* ---- memory (copy.cu) and row-wise ops ---------------------------------------------------- */
 cudaError_t k_copy(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols, cudaStream_t s);
-/* n copies from a device table (rows x cols each, most: the largest rows * cols). */
+/* n copies (rows x cols each, most: the largest rows * cols): up to K_COPY_INLINE of them
+ * travel as the launch's arguments (host, dev unused), more from the device table dev (the same
+ * descriptors). */
 typedef struct {
     float *dst;
     const float *src;
     int64_t ldd, lds, rows, cols;
 } copy_desc_t;
-cudaError_t k_copy_many(const copy_desc_t *d, int n, int64_t most, cudaStream_t s);
+#define K_COPY_INLINE 16
+cudaError_t k_copy_many(const copy_desc_t *host, const copy_desc_t *dev, int n, int64_t most, cudaStream_t s);
 cudaError_t k_rmsnorm(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int64_t rows, int64_t cols,
                       float eps, cudaStream_t s);
 /* Row r at position pos0 + r * pos_step, or (row_pos, device, rows pairs) row row_pos[2i] at

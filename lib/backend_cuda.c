@@ -242,31 +242,33 @@ static void cuda_copy(backend_t *bk, bk_tensor_t dst, bk_tensor_t src) {
     cu_prof_end(c);
 }
 
-/* One launch over a device table of the copies. */
+void cu_copy_descs(cuda_t *c, const copy_desc_t *d, int n) {
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) most = d[i].rows * d[i].cols > most ? d[i].rows * d[i].cols : most;
+    if (n <= 0 || most <= 0) return;
+    copy_desc_t *dev = n > K_COPY_INLINE ? cu_upload_table(c, d, (size_t)n * sizeof *d) : NULL;
+    CU(k_copy_many(d, dev, n, most, c->stream));
+    if (dev) cu_release_scratch(c, dev);
+}
+
+/* One launch for all the copies. */
 static void cuda_copy_many(backend_t *bk, const bk_tensor_t *dst, const bk_tensor_t *src, int n) {
-    cuda_t *c = cu_of(bk);
     if (n == 1) {
         cuda_copy(bk, dst[0], src[0]);
         return;
     }
     copy_desc_t *d = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *d);
     int k = 0;
-    int64_t most = 0;
     for (int i = 0; i < n; i++) {
         if (dst[i].rows != src[i].rows || dst[i].cols != src[i].cols)
             die("CUDA backend: copy of %lld x %lld into %lld x %lld", (long long)src[i].rows, (long long)src[i].cols,
                 (long long)dst[i].rows, (long long)dst[i].cols);
         if (dst[i].rows * dst[i].cols == 0) continue;
         d[k++] = (copy_desc_t){dst[i].ptr, src[i].ptr, dst[i].ld, src[i].ld, dst[i].rows, dst[i].cols};
-        if (dst[i].rows * dst[i].cols > most) most = dst[i].rows * dst[i].cols;
     }
-    if (k) {
-        copy_desc_t *dd = cu_upload_table(c, d, (size_t)k * sizeof *d);
-        cu_prof_begin(c, "copy");
-        CU(k_copy_many(dd, k, most, c->stream));
-        cu_prof_end(c);
-        cu_release_scratch(c, dd);
-    }
+    cu_prof_begin(cu_of(bk), "copy");
+    cu_copy_descs(cu_of(bk), d, k);
+    cu_prof_end(cu_of(bk));
     free(d);
 }
 
@@ -499,7 +501,6 @@ static void cuda_destroy(backend_t *bk) {
     if (c->stage) CU(cudaFreeHost(c->stage));
     if (c->ring) CU(cudaFreeHost(c->ring));
     CU(cudaFree(c->counters));
-    CU(cudaStreamDestroy(c->stream));
     free(c);
     free(bk);
 }
@@ -560,7 +561,6 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         free(c);
         return NULL;
     }
-    CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     cu_streams_create(c, on[1], on[2]);
     CU(cudaMalloc((void **)&c->counters, CU_COUNTERS * sizeof *c->counters));
     CU(cudaMemset(c->counters, 0, CU_COUNTERS * sizeof *c->counters));

@@ -122,6 +122,9 @@ void cu_branch_join(backend_t *bk);
 void *cu_scratch(cuda_t *c, size_t bytes);
 void cu_release_scratch(cuda_t *c, void *p);
 
+/* The copies d[0..n) in one launch (k_copy_many). */
+void cu_copy_descs(cuda_t *c, const copy_desc_t *d, int n);
+
 /* A device copy of a small host table (scratch: release it once its users are enqueued). */
 void *cu_upload_table(cuda_t *c, const void *host, size_t bytes);
 

@@ -85,8 +85,8 @@ void cu_branch_join(backend_t *bk) { cu_join_branch(cu_of(bk)); }
 
 void cu_streams_create(cuda_t *c, bool side_on, bool branch_on) {
     c->side_on = side_on, c->branch_on = branch_on;
-    CU(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
-    CU(cudaStreamCreateWithFlags(&c->branch, cudaStreamNonBlocking));
+    cudaStream_t *st[] = {&c->stream, &c->side, &c->branch};
+    for (size_t i = 0; i < DI_ARRAY_LEN(st); i++) CU(cudaStreamCreateWithFlags(st[i], cudaStreamNonBlocking));
     cudaEvent_t *ev[] = {&c->side_fork, &c->side_done, &c->branch_fork, &c->branch_done};
     for (size_t i = 0; i < DI_ARRAY_LEN(ev); i++) CU(cudaEventCreateWithFlags(ev[i], cudaEventDisableTiming));
     CU(cudaMalloc((void **)&c->side_counter, sizeof *c->side_counter));
@@ -98,8 +98,8 @@ void cu_streams_create(cuda_t *c, bool side_on, bool branch_on) {
 void cu_streams_destroy(cuda_t *c) {
     cu_join_all(c);
     CU(cudaStreamSynchronize(c->stream));
-    CU(cudaStreamDestroy(c->side));
-    CU(cudaStreamDestroy(c->branch));
+    cudaStream_t st[] = {c->stream, c->side, c->branch};
+    for (size_t i = 0; i < DI_ARRAY_LEN(st); i++) CU(cudaStreamDestroy(st[i]));
     cudaEvent_t ev[] = {c->side_fork, c->side_done, c->branch_fork, c->branch_done};
     for (size_t i = 0; i < DI_ARRAY_LEN(ev); i++) CU(cudaEventDestroy(ev[i]));
     CU(cudaFree(c->side_counter));

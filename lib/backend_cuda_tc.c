@@ -144,14 +144,9 @@ bool cu_indexer_tc(cuda_t *c, const ix_args_t *a, bk_tensor_t q, bk_tensor_t w, 
         sa.scores = cu_scratch(c, (size_t)(m_short * a->nk_max) * 4);
         sa.rows = cu_upload_table(c, short_rows, (size_t)m_short * sizeof *short_rows);
         CU(k_indexer_score(&sa, c->stream));
-        int64_t most = 0;
-        for (int i = 0; i < nc; i++) {
-            cps[i].src = sa.scores + cp_from[i] * a->nk_max;
-            most = cps[i].rows * cps[i].cols > most ? cps[i].rows * cps[i].cols : most;
-        }
-        copy_desc_t *d = cu_upload_table(c, cps, (size_t)nc * sizeof *cps);
-        CU(k_copy_many(d, nc, most, c->stream));
-        cu_release_scratch(c, d), cu_release_scratch(c, sa.scores), cu_release_scratch(c, (void *)sa.rows);
+        for (int i = 0; i < nc; i++) cps[i].src = sa.scores + cp_from[i] * a->nk_max;
+        cu_copy_descs(c, cps, nc);
+        cu_release_scratch(c, sa.scores), cu_release_scratch(c, (void *)sa.rows);
     }
     free(ts), free(segs), free(cps), free(cp_from), free(short_rows);
     return true;

@@ -1,0 +1,55 @@
+/* A kernel timeline of any CUDA program, for finding the idle time and the critical path of a
+ * decode step (nsys is not usable on the GPU machine). Loaded by the CUDA driver as an
+ * injection library:
+ *   CUDA_INJECTION64_PATH=build/bench/libditrace.so DI_TRACE_OUT=trace.csv build/bench/cuda_bench ...
+ * writes one line per kernel (graph kernels included), in completion-buffer order:
+ *   start_ns,end_ns,stream,graph,graph_node,grid_x,grid_y,grid_z,name
+ * bench/trace/timeline.py summarizes it. Built with CUPTI's activity API. */
+#include <cupti.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BUF_BYTES ((size_t)8 << 20)
+
+static FILE *out;
+
+static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
+    *buf = aligned_alloc(8, BUF_BYTES);
+    *size = *buf ? BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
+    (void)ctx, (void)stream, (void)size;
+    CUpti_Activity *r = NULL;
+    while (out && cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
+        if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
+        fprintf(out, "%llu,%llu,%u,%u,%llu,%d,%d,%d,\"%s\"\n", (unsigned long long)k->start, (unsigned long long)k->end,
+                k->streamId, k->graphId, (unsigned long long)k->graphNodeId, k->gridX, k->gridY, k->gridZ, k->name);
+    }
+    free(buf);
+}
+
+static void finish(void) {
+    cuptiActivityFlushAll(1);
+    if (out) fclose(out);
+    out = NULL;
+}
+
+int InitializeInjection(void) {
+    const char *path = getenv("DI_TRACE_OUT");
+    out = fopen(path ? path : "ditrace.csv", "w");
+    if (!out) {
+        fprintf(stderr, "ditrace: cannot write %s\n", path ? path : "ditrace.csv");
+        return 0;
+    }
+    if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+        fprintf(stderr, "ditrace: CUPTI refused kernel tracing\n");
+        return 0;
+    }
+    atexit(finish);
+    return 1;
+}
