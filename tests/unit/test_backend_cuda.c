@@ -1410,6 +1410,50 @@ static void test_branch(void) {
     for (int i = 0; i < 3; i++) free_weight(&w[i]);
 }
 
+/* A kernel right after the join sees what the branch wrote although the branch is still
+ * running then (a chain of matmuls on the branch, one small kernel on the main line, whose
+ * successor may start early under programmatic dependent launch): the join is a whole
+ * dependency, eleven times over. */
+static void test_branch_join(void) {
+    enum { D = 7168, N = 1024, CHAIN = 8 };
+    weight_t up = make_weight(WQ_FP8, N, D, 32), down = make_weight(WQ_FP8, D, N, 32);
+    float *x = t_rand_vec(D, 1.0f);
+    bk_tensor_t tx = gpu->alloc(gpu, BK_F32, 1, D), a = gpu->alloc(gpu, BK_F32, 1, N), y = gpu->alloc(gpu, BK_F32, 1, D);
+    bk_tensor_t r = gpu->alloc(gpu, BK_F32, 1, D), z = gpu->alloc(gpu, BK_F32, 1, 64);
+    gpu->upload(gpu, tx, x);
+    float *want = NULL;
+    int stale = 0, finite = 1;
+    for (int rep = 0; rep <= 10; rep++) {
+        bool branch = rep > 0; /* rep 0: the same ops in issue order */
+        poison(y), poison(r);
+        if (branch) gpu->branch_begin(gpu);
+        bk_tensor_t in = tx;
+        for (int i = 0; i < CHAIN; i++) {
+            gpu->matmul(gpu, a, in, up.g, 0);
+            gpu->matmul(gpu, y, a, down.g, 0);
+            gpu->rmsnorm(gpu, y, y, NULL, 1e-6f);
+            in = y;
+        }
+        if (branch) gpu->branch_end(gpu);
+        gpu->rmsnorm(gpu, z, z, NULL, 1e-6f); /* the main line's kernel before the join */
+        if (branch) gpu->branch_join(gpu);
+        gpu->copy(gpu, r, y);
+        float *g = t_download(gpu, r);
+        if (!want) {
+            want = g;
+            for (int i = 0; i < D; i++) finite &= isfinite(want[i]) != 0;
+            continue;
+        }
+        stale += memcmp(g, want, (size_t)D * 4) != 0;
+        free(g);
+    }
+    CHECK(finite);
+    CHECKF(stale == 0, "%d of 10 reads after the join differ from issue order", stale);
+    free(want), free(x);
+    gpu->release(gpu, &tx), gpu->release(gpu, &a), gpu->release(gpu, &y), gpu->release(gpu, &r), gpu->release(gpu, &z);
+    free_weight(&up), free_weight(&down);
+}
+
 /* A few ops and a download captured as a graph, twice with new inputs (the second replays by
  * update): the same numbers as eager execution. */
 static void test_graph(void) {
@@ -1554,7 +1598,8 @@ int main(int argc, char **argv) {
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
         {"test_moe_tcs", test_moe_tcs},
         {"test_tc_batch_invariance", test_tc_batch_invariance},
-        {"test_views_and_copy", test_views_and_copy}, {"test_branch", test_branch}, {"test_graph", test_graph},
+        {"test_views_and_copy", test_views_and_copy}, {"test_branch", test_branch},
+        {"test_branch_join", test_branch_join}, {"test_graph", test_graph},
         {"test_pick", test_pick},
     };
     for (int a = 1; a < argc; a++) {
