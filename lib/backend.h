@@ -101,9 +101,9 @@ struct backend {
      * op issued before branch_begin and may run alongside the ops issued after branch_end, up to
      * branch_join (or an op documented to join it); the ops after that see the branch's results.
      * Neither side may write what the other reads or writes. A join with no open branch does
-     * nothing. One branch at a time; inside a
-     * branch only the dense, row, RoPE, QAT, pooling and copy ops and alloc/release. A backend
-     * may run everything in issue order (the CPU backend does). */
+     * nothing. One branch at a time; inside a branch only the dense ops, mlp, the row, RoPE,
+     * QAT, pooling and copy ops and alloc/release. A backend may run everything in issue order
+     * (the CPU backend does). */
     void (*branch_begin)(backend_t *bk);
     void (*branch_end)(backend_t *bk);
     void (*branch_join)(backend_t *bk);

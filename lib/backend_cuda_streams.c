@@ -45,7 +45,7 @@ void cu_join_side(cuda_t *c) {
 void cu_join_branch(cuda_t *c) {
     if (c->in_branch) die("CUDA backend: an op that joins the branch was issued inside it");
     if (!c->branch_open) return;
-    CU(cudaStreamWaitEvent(c->stream, c->branch_done, 0));
+    if (c->branch_on) CU(cudaStreamWaitEvent(c->stream, c->branch_done, 0));
     c->branch_open = false;
     release_held(c);
 }
@@ -60,25 +60,27 @@ static void swap_counters(cuda_t *c) {
     c->counters = c->branch_counters, c->branch_counters = t;
 }
 
+/* The flags are kept with the branch stream off too (DI_CUDA_BRANCH=0: the ops stay on the main
+ * stream), so that a misplaced op fails the same way in both modes. */
 void cu_branch_begin(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     if (c->in_branch || c->branch_open) die("CUDA backend: branch_begin before the last branch was joined");
+    c->in_branch = true;
     if (!c->branch_on) return;
     CU(cudaEventRecord(c->branch_fork, c->stream));
     CU(cudaStreamWaitEvent(c->branch, c->branch_fork, 0));
     c->main_stream = c->stream, c->stream = c->branch;
     swap_counters(c);
-    c->in_branch = true;
 }
 
 void cu_branch_end(backend_t *bk) {
     cuda_t *c = cu_of(bk);
-    if (!c->branch_on) return;
     if (!c->in_branch) die("CUDA backend: branch_end without branch_begin");
+    c->in_branch = false, c->branch_open = true;
+    if (!c->branch_on) return;
     CU(cudaEventRecord(c->branch_done, c->stream));
     c->stream = c->main_stream;
     swap_counters(c);
-    c->in_branch = false, c->branch_open = true;
 }
 
 void cu_branch_join(backend_t *bk) { cu_join_branch(cu_of(bk)); }
