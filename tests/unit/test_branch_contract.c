@@ -12,6 +12,7 @@
 #include "testmodel.h"
 #include "util.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +41,17 @@ static struct {
     char first[256]; /* the first violation */
 } rec;
 
-static void violation(const char *fmt, const char *a, const char *b) {
-    if (!rec.first[0]) snprintf(rec.first, sizeof rec.first, fmt, a, b);
+static void violation(const char *fmt, ...) {
+    if (rec.first[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rec.first, sizeof rec.first, fmt, ap);
+    va_end(ap);
+}
+
+static void misplaced(const char *what) {
+    rec.misplaced++;
+    violation("%s", what);
 }
 
 static void note(bk_tensor_t t, bool write, const char *op) {
@@ -77,10 +87,7 @@ static bool overlap(const access_t *a, const access_t *b) {
 }
 
 static void check_join(void) {
-    if (rec.phase == IN_BRANCH) {
-        rec.misplaced++;
-        violation("a join inside a branch (%s%s)", "", "");
-    }
+    if (rec.phase == IN_BRANCH) misplaced("a join inside a branch");
     if (rec.phase != AFTER_END) return;
     for (size_t i = 0; i < rec.branch.n; i++)
         for (size_t j = 0; j < rec.main.n; j++) {
@@ -98,7 +105,7 @@ static void check_join(void) {
 static void main_line_only(const char *op) {
     if (rec.phase != IN_BRANCH) return;
     rec.misplaced++;
-    violation("%s inside a branch%s", op, "");
+    violation("%s inside a branch", op);
 }
 
 #define IN rec.inner
@@ -140,19 +147,13 @@ static void w_unbind(backend_t *bk, bk_weight_t *w) {
 }
 static void w_branch_begin(backend_t *bk) {
     (void)bk;
-    if (rec.phase != OUTSIDE) {
-        rec.misplaced++;
-        violation("branch_begin before the last branch was joined%s%s", "", "");
-    }
+    if (rec.phase != OUTSIDE) misplaced("branch_begin before the last branch was joined");
     rec.phase = IN_BRANCH;
     rec.branches++;
 }
 static void w_branch_end(backend_t *bk) {
     (void)bk;
-    if (rec.phase != IN_BRANCH) {
-        rec.misplaced++;
-        violation("branch_end outside a branch%s%s", "", "");
-    }
+    if (rec.phase != IN_BRANCH) misplaced("branch_end outside a branch");
     rec.phase = AFTER_END;
 }
 static void w_branch_join(backend_t *bk) {
@@ -360,8 +361,8 @@ static void run_forward(const char *preset, int64_t vocab) {
         for (int s = 0; s < SEQS; s++) next[s] = (uint32_t)((k * 5 + s) % vocab);
         CHECKF(forward_step_batch(st, next, SEQS, logits, err, sizeof err) == 0, "%s", err);
     }
-    CHECKF(rec.conflicts == 0 && rec.misplaced == 0, "tiny-%s: %d conflicts, %d misplaced ops: %s", preset, rec.conflicts,
-           rec.misplaced, rec.first);
+    CHECKF(rec.conflicts == 0 && rec.misplaced == 0, "tiny-%s: %d conflicts, %d misplaced ops (first: %s)", preset,
+           rec.conflicts, rec.misplaced, rec.first);
     CHECKF(rec.branches >= 2 * (1 + SEQS + STEPS), "tiny-%s: only %d branches checked", preset, rec.branches);
     CHECK_EQ(rec.phase, OUTSIDE);
     for (int s = 0; s < SEQS; s++) seqstate_free(st[s]);
