@@ -337,8 +337,9 @@ static void test_checker_finds_violations(void) {
 /* ---- the forward keeps it ------------------------------------------------------------------- */
 static char tmp[64] = "/tmp/di-branch-XXXXXX", err[512];
 
-/* A prompt's prefill, then a few sequences stepped together: compressor groups completed,
- * pools grown inside branches, the indexer, Engram, the shared expert. */
+/* Prompts' prefills, a few sequences stepped together, two chunks packed in one forward and a
+ * bounded replay in chunks (head pieces): compressor groups completed, pools grown inside
+ * branches, the indexer, Engram, the shared expert. */
 static void run_forward(const char *preset, int64_t vocab) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/tiny-%s", tmp, preset);
@@ -361,6 +362,16 @@ static void run_forward(const char *preset, int64_t vocab) {
         for (int s = 0; s < SEQS; s++) next[s] = (uint32_t)((k * 5 + s) % vocab);
         CHECKF(forward_step_batch(st, next, SEQS, logits, err, sizeof err) == 0, "%s", err);
     }
+    /* chunks of two sequences packed in one forward, and a bounded replay in chunks (head pieces) */
+    fwd_seq_t packed[2] = {{.st = st[0], .ids = ids, .n = 9, .decoder_from = -1, .want = FWD_LOGITS_LAST, .logits = logits},
+                           {.st = st[1], .ids = ids + 9, .n = 6, .decoder_from = -1, .want = FWD_LOGITS_LAST,
+                            .logits = logits + vocab}};
+    CHECKF(forward_batch(packed, 2, err, sizeof err) == 0, "%s", err);
+    seqstate_t *replayed = seqstate_new(&m, true);
+    uint32_t prompt[3 * PROMPT];
+    for (int i = 0; i < 3 * PROMPT; i++) prompt[i] = (uint32_t)((i * 11 + 3) % vocab);
+    CHECKF(forward_prompt(replayed, prompt, 3 * PROMPT, 20, 16, FWD_LOGITS_LAST, logits, NULL, err, sizeof err) == 0, "%s", err);
+    seqstate_free(replayed);
     CHECKF(rec.conflicts == 0 && rec.misplaced == 0, "tiny-%s: %d conflicts, %d misplaced ops (first: %s)", preset,
            rec.conflicts, rec.misplaced, rec.first);
     CHECKF(rec.branches >= 2 * (1 + SEQS + STEPS), "tiny-%s: only %d branches checked", preset, rec.branches);
