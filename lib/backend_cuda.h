@@ -7,13 +7,15 @@
  * scratch never reaches cudaMalloc after the first step). Weights are copied to the device in
  * their storage format; the Engram tables (FP8 with 1x32 blocks) stay in page-locked host
  * memory that the gather kernel reads directly (24 rows of 264 bytes per token and Engram
- * layer cross the bus; nothing else of the table moves). All work runs on one stream; only
- * download() waits for it.
+ * layer cross the bus; nothing else of the table moves). Work runs on a main stream, with a
+ * decode site's mHC coefficients on a second and the forward's branches on a third
+ * (backend_cuda_streams.c); download(), pick and sync join them and wait.
  *
  * Precision: fp32 storage and arithmetic, except that matmuls against FP8/FP4/BF16 weights over
- * more than 32 positions (prefill, large batches) run on the tensor cores with bf16 operands and
- * fp32 accumulation (see cuda_precision_t). Decode-sized matmuls read the same weights on the
- * CUDA cores in fp32. */
+ * more than 32 positions (prefill, large batches) run on the wgmma tensor cores and FP8/FP4 ones
+ * at fewer positions (decode) on the mma tensor cores in passes of 8 positions, both with bf16
+ * operands (the activations split into pieces, see cuda_precision_t) and fp32 accumulation;
+ * F32 weights, BF16 ones at few positions and fp32 mode run on the CUDA cores in fp32. */
 #ifndef DI_BACKEND_CUDA_H
 #define DI_BACKEND_CUDA_H
 
