@@ -6,7 +6,8 @@
 // are added after the reduction. A block of 16 warps takes 128 output rows of one expert: two
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
 // order at the end (experts whose blocks fill less than one wave: 14 to 8 warps, 112 to 64
-// rows, so that more SMs stream; a row's sum does not depend on its block). A warp streams its
+// rows, so that more SMs stream; dense at one position 8 warps, 64 rows; a row's sum does not
+// depend on its block). A warp streams its
 // rows 16 bytes per row and lane a step. At one position the kernel was bound by instruction
 // issue, not by DRAM latency (ncu, decode step: ~200 instructions per 1 KB a warp consumed, 56%
 // of issue slots, DRAM 37%; now ~100 and 38%), so a step costs as few instructions as the
@@ -465,13 +466,15 @@ static int ts_chunk(int64_t k, int terms, int npass) {
     return (int)(need < most ? need : most > TS_KQ ? most : TS_KQ);
 }
 
-// Groups of 16 rows a block takes: 8, or for experts whose blocks fill less than one wave (a
-// block per SM) the fewest down to 4 that still fit one (one position, w1 + w3 of 2304 rows
-// for 6 experts: 126 blocks of 112 rows instead of 108 of 128).
+// Groups of 16 rows a block takes: 8; dense at one position 4 (two blocks an SM, so that one
+// block's staging and epilogue overlap the other's stream: -0.035 ms a batch-1 step, device run
+// 58; slower at 8 positions); for experts whose blocks fill less than one wave (a block per SM)
+// the fewest down to 4 that still fit one (one position, w1 + w3 of 2304 rows for 6 experts:
+// 126 blocks of 112 rows instead of 108 of 128).
 static int ts_groups(const mm_args_t *a) {
+    if (!a->wtab) return a->m == 1 ? 4 : 8;
     int ng = 8;
-    if (a->wtab)
-        while (ng > 4 && ceil_div(a->n, 16 * (ng - 1)) * a->max_active <= a->sms) ng--;
+    while (ng > 4 && ceil_div(a->n, 16 * (ng - 1)) * a->max_active <= a->sms) ng--;
     return ng;
 }
 

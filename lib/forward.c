@@ -7,13 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void chunk_alloc(fwd_t *f) {
-    backend_t *bk = f->bk;
+/* The chunk's tensors are views into one allocation, each at a 512-byte boundary as the
+ * backends' own allocations are: one zero fill instead of one per tensor (in a captured decode
+ * step each was a memset node before the first kernel). */
+typedef struct {
+    bk_tensor_t base; /* ptr NULL: only counting */
+    int64_t used;     /* elements laid out so far */
+} carver_t;
+
+static bk_tensor_t carve(carver_t *cv, bk_dtype_t dtype, int64_t rows, int64_t cols) {
+    bk_tensor_t t = {cv->base.ptr ? (char *)cv->base.ptr + (size_t)cv->used * 4 : NULL, dtype, rows, cols, cols};
+    cv->used += (rows * cols + 127) / 128 * 128;
+    return t;
+}
+
+static void chunk_layout(fwd_t *f, carver_t *cv) {
     const model_config_t *c = f->c;
     int64_t n = f->n, D = c->hidden_size, hc = c->hc_mult, nm = (2 + hc) * hc, hd = c->head_dim;
     int64_t maxr = 1;
     for (int L = 0; L < c->n_layers; L++) maxr = c->layers[L].ratio > maxr ? c->layers[L].ratio : maxr;
-#define A(t, rows, cols) f->t = bk->alloc(bk, BK_F32, rows, cols)
+#define A(t, rows, cols) f->t = carve(cv, BK_F32, rows, cols)
     A(X, n, hc * D);
     A(coefA, n, nm);
     A(coefF, n, nm);
@@ -38,29 +51,30 @@ static void chunk_alloc(fwd_t *f) {
     A(rlog, n, c->n_routed_experts);
     A(rwt, n, c->n_experts_per_tok);
 #undef A
-    f->ridx = bk->alloc(bk, BK_I32, n, c->n_experts_per_tok);
-    f->ids = bk->alloc(bk, BK_I32, n, 1);
-    f->cand = bk->alloc(bk, BK_I32, n, c->candidate_topk_blocks);
-    f->sel = xcalloc((size_t)c->n_layers, sizeof *f->sel);
+    f->ridx = carve(cv, BK_I32, n, c->n_experts_per_tok);
+    f->ids = carve(cv, BK_I32, n, 1);
+    f->cand = carve(cv, BK_I32, n, c->candidate_topk_blocks);
     for (int L = 0; L < c->n_layers; L++)
-        if (c->layers[L].has_indexer) f->sel[L] = bk->alloc(bk, BK_I32, n, c->index_topk);
+        if (c->layers[L].has_indexer) f->sel[L] = carve(cv, BK_I32, n, c->index_topk);
     if (c->n_engram) {
         int64_t R = (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
-        f->erows = bk->alloc(bk, BK_I32, n, c->n_engram * R);
-        f->eR = bk->alloc(bk, BK_F32, n, R * c->engram_head_dim);
-        f->ekv = bk->alloc(bk, BK_F32, n, (hc + 1) * D);
+        f->erows = carve(cv, BK_I32, n, c->n_engram * R);
+        f->eR = carve(cv, BK_F32, n, R * c->engram_head_dim);
+        f->ekv = carve(cv, BK_F32, n, (hc + 1) * D);
     }
 }
 
+static void chunk_alloc(fwd_t *f) {
+    f->sel = xcalloc((size_t)f->c->n_layers, sizeof *f->sel);
+    carver_t count = {0};
+    chunk_layout(f, &count);
+    f->work = f->bk->alloc(f->bk, BK_F32, 1, count.used);
+    carver_t cv = {.base = f->work};
+    chunk_layout(f, &cv);
+}
+
 static void chunk_free(fwd_t *f) {
-    backend_t *bk = f->bk;
-    bk_tensor_t *ts[] = {&f->X, &f->coefA, &f->coefF, &f->xc, &f->xin, &f->y, &f->ysh, &f->cq, &f->q, &f->kv, &f->o, &f->u,
-                         &f->iq, &f->iw, &f->cz, &f->cs, &f->gz, &f->gs, &f->lat, &f->key, &f->ent, &f->rlog, &f->rwt, &f->ridx,
-                         &f->ids, &f->cand, &f->erows, &f->eR, &f->ekv};
-    for (size_t i = 0; i < DI_ARRAY_LEN(ts); i++)
-        if (ts[i]->ptr) bk->release(bk, ts[i]);
-    for (int L = 0; L < f->c->n_layers; L++)
-        if (f->sel[L].ptr) bk->release(bk, &f->sel[L]);
+    f->bk->release(f->bk, &f->work);
     free(f->sel);
 }
 
