@@ -14,14 +14,17 @@
 
 #include <stdlib.h>
 
+/* Whether a stream other than the main one may still read or write memory the main one releases. */
+static bool others_busy(const cuda_t *c) { return c->side_pending || c->branch_open || c->in_branch; }
+
 static void release_held(cuda_t *c) {
-    if (c->side_pending || c->branch_open || c->in_branch) return;
+    if (others_busy(c)) return;
     for (size_t i = 0; i < c->n_held; i++) cu_release_scratch(c, c->held[i]);
     c->n_held = 0;
 }
 
 void cu_release_later(cuda_t *c, void *p) {
-    if (!c->side_pending && !c->branch_open && !c->in_branch) {
+    if (!others_busy(c)) {
         cu_release_scratch(c, p);
         return;
     }
