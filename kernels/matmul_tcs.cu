@@ -7,8 +7,7 @@
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
 // order at the end (experts whose blocks fill less than one wave: 14 to 8 warps, 112 to 64
 // rows, so that more SMs stream; dense at one position 8 warps, 64 rows; a row's sum does not
-// depend on its block). A warp streams its
-// rows 16 bytes per row and lane a step. At one position the kernel was bound by instruction
+// depend on its block). A warp streams its rows 16 bytes per row and lane a step. At one position the kernel was bound by instruction
 // issue, not by DRAM latency (ncu, decode step: ~200 instructions per 1 KB a warp consumed, 56%
 // of issue slots, DRAM 37%; now ~100 and 38%), so a step costs as few instructions as the
 // format allows:

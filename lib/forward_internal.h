@@ -36,9 +36,7 @@ typedef struct {
     bk_tensor_t cand;               /* n x candidate_topk_blocks */
     bk_tensor_t ids, erows, eR, ekv; /* token ids, Engram rows, gathered table rows, wkv output */
     bk_tensor_t rlog, ridx, rwt;    /* router */
-    bk_tensor_t work;               /* one allocation; the tensors above (and sel's) are views into it.
-                                     * Last, so the fields above keep their offsets (forward_attn.o
-                                     * from a build dir with stale .d files still reads them right) */
+    bk_tensor_t work;               /* one allocation; the tensors above (and sel's) are views into it */
 } fwd_t;
 
 /* The pieces a layer runs on from row k0: all of them, or the tail pieces. */
