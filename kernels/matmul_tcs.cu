@@ -7,10 +7,11 @@
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
 // order at the end (experts whose blocks fill less than one wave: 14 to 8 warps, 112 to 64
 // rows, so that more SMs stream; dense at one position 8 warps, 64 rows; a row's sum does not
-// depend on its block). A warp streams its rows 16 bytes per row and lane a step. At one position the kernel was bound by instruction
-// issue, not by DRAM latency (ncu, decode step: ~200 instructions per 1 KB a warp consumed, 56%
-// of issue slots, DRAM 37%; now ~100 and 38%), so a step costs as few instructions as the
-// format allows:
+// depend on its block). A warp streams its rows 16 bytes per row and lane a step. At one
+// position the kernel was bound by instruction issue (ncu, decode step: ~200 instructions per
+// 1 KB a warp consumed, 56% of issue slots, DRAM 37%; now ~100 and 38%, and a third fewer
+// no longer pays: docs/CUDA_NOTES.md run 67, its block's serial latency binds), so a step costs
+// as few instructions as the format allows:
 // - the loads of the warp's next U steps (TS_LANE_BYTES, 128 bytes a lane: 4 steps, 2 for the
 //   pair) are in flight, each in its own ring slot: the loop takes U steps unrolled, slot u
 //   always holding the steps u mod U (no moves), and each slot is refilled once consumed;
