@@ -70,10 +70,11 @@ __device__ __forceinline__ void hc_pre_split(const hc_pre_args_t &a, int nm, int
 }
 
 // Row p: out = rmsnorm(sum_k pre[k] * X_k) times norm, as k_hc_collapse then k_rmsnorm in place.
-template <int HC> __device__ __forceinline__ void hc_pre_norm(const hc_pre_args_t &a, int p, float *red) {
+template <int HC>
+__device__ __forceinline__ void hc_pre_norm(const hc_pre_args_t &a, int p, const float4 (&g)[RN_VEC], float *red) {
     const float *x = a.X + p * a.ldx, *pre = a.pre + p * a.ldp;
     const int D = (int)a.D, hc = a.hc;
-    rmsnorm_vec_row((float4 *)(a.out + p * a.ldo), a.norm, D, a.eps, rmsnorm_vec_threads(D), red, [&](int i) {
+    rmsnorm_vec_row((float4 *)(a.out + p * a.ldo), g, D, a.eps, rmsnorm_vec_threads(D), red, [&](int i) {
         int64_t d = 4 * (int64_t)i;
         return make_float4(hc_collapse_at<HC>(x, pre, D, hc, d), hc_collapse_at<HC>(x, pre, D, hc, d + 1),
                            hc_collapse_at<HC>(x, pre, D, hc, d + 2), hc_collapse_at<HC>(x, pre, D, hc, d + 3));
@@ -95,9 +96,11 @@ __global__ void __launch_bounds__(HC_THREADS) hc_pre_kernel(hc_pre_args_t a, int
         float ss = hc_row_ss(a.X + (b - splits) * a.ldx, k, red);
         if (threadIdx.x == 0) ss_of[b - splits] = ss;
     } else {
+        float4 g[RN_VEC];
+        rmsnorm_vec_weights(g, a.norm, (int)a.D, rmsnorm_vec_threads(a.D));
         pdl_begin();
-        if (a.hc == 4) hc_pre_norm<4>(a, b - splits - m, red); /* the model's hc_mult */
-        else hc_pre_norm<0>(a, b - splits - m, red);
+        if (a.hc == 4) hc_pre_norm<4>(a, b - splits - m, g, red); /* the model's hc_mult */
+        else hc_pre_norm<0>(a, b - splits - m, g, red);
         return;
     }
     if (!splitk_last(a.counter, (unsigned)(splits + m))) return;

@@ -17,10 +17,12 @@ __global__ void rmsnorm_kernel(float *out, int64_t ldo, const float *x, int64_t 
 }
 
 __global__ void rmsnorm_vec_kernel(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int cols, float eps) {
+    float4 g[RN_VEC];
+    rmsnorm_vec_weights(g, w, cols, blockDim.x);
     pdl_begin();
     __shared__ float red[33];
     const float4 *xr = (const float4 *)(x + blockIdx.x * ldx);
-    rmsnorm_vec_row((float4 *)(out + blockIdx.x * ldo), w, cols, eps, blockDim.x, red, [&](int i) { return xr[i]; });
+    rmsnorm_vec_row((float4 *)(out + blockIdx.x * ldo), g, cols, eps, blockDim.x, red, [&](int i) { return xr[i]; });
 }
 
 extern "C" cudaError_t k_rmsnorm(float *out, int64_t ldo, const float *x, int64_t ldx, const float *w, int64_t rows,

@@ -3,18 +3,26 @@
 // or from a list of (row, position) pairs (a batch's rows at their sequences' positions).
 #include "common.cuh"
 
+// The rotation of pair p at position P: cos and sin of P * f_p (sin negated for the inverse).
+__device__ __forceinline__ void rope_angle(int64_t P, float f, int inverse, float &c, float &sn) {
+    float ang = (float)P * f;
+    c = cosf(ang), sn = sinf(ang);
+    if (inverse) sn = -sn;
+}
+
+// The frequency is a weight and a single sequence's positions are arguments: both are taken,
+// and the rotation computed, before the kernel's wait; a row table is read after it.
 __global__ void rope_kernel(float *x, int64_t ldx, int64_t heads, int head_dim, const float *f, int half, int64_t pos0,
                             int64_t step, const int64_t *row_pos, int inverse) {
-    pdl_begin();
-    int64_t r = blockIdx.y, P = pos0 + r * step;
-    if (row_pos) r = row_pos[2 * blockIdx.y], P = row_pos[2 * blockIdx.y + 1];
-    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (t >= heads * half) return;
+    int64_t r = blockIdx.y, t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    bool live = t < heads * half;
     int64_t h = t / half;
     int p = (int)(t % half);
-    float pos = (float)P;
-    float ang = pos * f[p], c = cosf(ang), sn = sinf(ang);
-    if (inverse) sn = -sn;
+    float fp = live ? f[p] : 0.0f, c = 0.0f, sn = 0.0f;
+    if (!row_pos) rope_angle(pos0 + r * step, fp, inverse, c, sn);
+    pdl_begin();
+    if (!live) return;
+    if (row_pos) r = row_pos[2 * blockIdx.y], rope_angle(row_pos[2 * blockIdx.y + 1], fp, inverse, c, sn);
     float *v = x + r * ldx + h * head_dim + head_dim - 2 * half + 2 * p;
     float e = v[0], o = v[1];
     v[0] = e * c - o * sn;

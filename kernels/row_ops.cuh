@@ -25,12 +25,24 @@ static inline bool rmsnorm_vec_ok(const float *out, int64_t ldo, const float *x,
            (!w || (uintptr_t)w % 16 == 0) && ldx % 4 == 0 && ldo % 4 == 0;
 }
 
-// out = w * (v / sqrt(mean(v^2) + eps)) (w NULL: 1) for a row of cols floats whose float4 i is
-// load(i): thread t < threads holds float4s t + u * threads (u < RN_VEC) in registers, the
-// block's other threads add nothing to the sum (the grouping is that of `threads` threads).
+// Thread t's float4s t + u * threads (u < RN_VEC) of the norm weights w (w NULL: ones), fetched
+// before the kernel's wait: they are weights, so their load overlaps the kernel before.
+__device__ __forceinline__ void rmsnorm_vec_weights(float4 (&g)[RN_VEC], const float *w, int cols, int threads) {
+    int n4 = cols >> 2, t = threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < RN_VEC; u++) {
+        int i = t + u * threads;
+        g[u] = w && t < threads && i < n4 ? __ldg((const float4 *)w + i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    }
+}
+
+// out = g * (v / sqrt(mean(v^2) + eps)) for a row of cols floats whose float4 i is load(i), g
+// from rmsnorm_vec_weights (a weight of 1 multiplies exactly): thread t < threads holds float4s
+// t + u * threads (u < RN_VEC) in registers, the block's other threads add nothing to the sum
+// (the grouping is that of `threads` threads).
 template <class Load>
-__device__ __forceinline__ void rmsnorm_vec_row(float4 *o, const float *w, int cols, float eps, int threads, float *red,
-                                                Load load) {
+__device__ __forceinline__ void rmsnorm_vec_row(float4 *o, const float4 (&g)[RN_VEC], int cols, float eps, int threads,
+                                                float *red, Load load) {
     int n4 = cols >> 2, t = threadIdx.x;
     float4 v[RN_VEC];
     float ss = 0.0f;
@@ -48,9 +60,9 @@ __device__ __forceinline__ void rmsnorm_vec_row(float4 *o, const float *w, int c
     for (int u = 0; u < RN_VEC; u++) {
         int i = t + u * threads;
         if (i >= n4) break;
-        float4 g = w ? ((const float4 *)w)[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f), r;
-        r.x = w ? g.x * (v[u].x * inv) : v[u].x * inv, r.y = w ? g.y * (v[u].y * inv) : v[u].y * inv;
-        r.z = w ? g.z * (v[u].z * inv) : v[u].z * inv, r.w = w ? g.w * (v[u].w * inv) : v[u].w * inv;
+        float4 r;
+        r.x = g[u].x * (v[u].x * inv), r.y = g[u].y * (v[u].y * inv);
+        r.z = g[u].z * (v[u].z * inv), r.w = g[u].w * (v[u].w * inv);
         o[i] = r;
     }
 }
