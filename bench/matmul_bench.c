@@ -74,7 +74,7 @@ typedef struct {
 
 static void run_moe(backend_t *bk, void *ctx) {
     moe_t *m = ctx;
-    bk->moe(bk, m->out, m->x, m->idx, m->wt, m->experts, m->E, NULL, 10.0f);
+    bk->moe(bk, m->out, m->x, m->idx, m->wt, m->experts, m->E, NULL, NULL, 10.0f);
 }
 
 /* bf16: a BF16 weight (the CUDA cores' matmul) instead of FP8. */

@@ -313,9 +313,11 @@ cudaError_t k_moe_dispatch(const int32_t *idx, int64_t ldi, const float *wt, int
  * weight(p) = wpos[p], or 1 when wpos is NULL. g, u, h: P x I (h may be g). */
 cudaError_t k_moe_act(float *h, const float *g, const float *u, const float *wpos, int64_t P, int64_t I, float limit,
                       cudaStream_t s);
-/* out[r] = sum of y[pos_of[r][s]] over slots in ascending expert order, then + shared[r]. */
+/* out[r] = sum of y[pos_of[r][s]] over slots in ascending expert order, then + shared[r]; with
+ * X (hc 4 only) then X <- hc_expand(X, out, coef) with k_hc_expand's bits. */
 cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx, int64_t ldi,
-                          const float *add, int64_t lda, int64_t m, int k, int64_t D, cudaStream_t s);
+                          const float *add, int64_t lda, int64_t m, int k, int64_t D, float *X, int64_t ldx, const float *coef,
+                          int64_t ldc, int hc, cudaStream_t s);
 
 /* ---- next-token choice (sample.cu) ------------------------------------------------------------
  * Row i of the launch picks from logits row rows[i].row: greedy, or temperature sampling with

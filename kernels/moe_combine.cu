@@ -2,8 +2,10 @@
 // backend does), then adds `add` (the shared expert's), in fp32. The row's order is found once
 // per block (a thread per slot ranks it) while the added values are in flight; then each thread
 // has the loads of up to MC_BATCH experts' rows in flight at once (of 4 channels when the rows
-// allow 16-byte loads) and adds them in order.
-#include "common.cuh"
+// allow 16-byte loads) and adds them in order. With X (4 streams: the model's hc_mult) the
+// launch goes on to the block's hc_expand of those channels (row_ops.cuh's hc_expand_cols), one
+// dependent kernel fewer in a decode layer.
+#include "row_ops.cuh"
 
 #define MC_THREADS 128
 #define MC_BATCH 8
@@ -11,7 +13,8 @@
 template <int V>
 __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of,
                                                                  const int32_t *idx, int64_t ldi, const float *add, int64_t lda,
-                                                                 int k, int64_t D) {
+                                                                 int k, int64_t D, float *X, int64_t ldx, const float *coef,
+                                                                 int64_t ldc) {
     pdl_begin();
     extern __shared__ int order[]; // the row's valid positions in ascending (expert, slot), then their count
     int64_t r = blockIdx.y, d = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V;
@@ -51,17 +54,22 @@ __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int
     float *o = out + r * ldo + d;
     if constexpr (V == 4) *(float4 *)o = make_float4(acc[0], acc[1], acc[2], acc[3]);
     else o[0] = acc[0];
+    if (X) hc_expand_cols<4, V>(X + r * ldx, D, d, acc, coef + r * ldc, 4);
 }
 
 extern "C" cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx,
-                                     int64_t ldi, const float *add, int64_t lda, int64_t m, int k, int64_t D,
-                                     cudaStream_t s) {
+                                     int64_t ldi, const float *add, int64_t lda, int64_t m, int k, int64_t D, float *X,
+                                     int64_t ldx, const float *coef, int64_t ldc, int hc, cudaStream_t s) {
     if (m <= 0 || D <= 0) return cudaSuccess;
+    if (X && hc != 4) return cudaErrorInvalidValue;
     bool vec = D % 4 == 0 && ldo % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)y % 16 == 0 &&
-               (uintptr_t)add % 16 == 0 && lda % 4 == 0;
+               (uintptr_t)add % 16 == 0 && lda % 4 == 0 && (!X || ((uintptr_t)X % 16 == 0 && ldx % 4 == 0));
     int V = vec ? 4 : 1;
     dim3 grid((unsigned)ceil_div(D, (int64_t)V * MC_THREADS), (unsigned)m);
     size_t smem = (size_t)(k + 1) * 4;
-    if (vec) return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D);
-    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D);
+    if (vec)
+        return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D, X, ldx,
+                        coef, ldc);
+    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D, X, ldx,
+                    coef, ldc);
 }

@@ -81,6 +81,51 @@ __device__ __forceinline__ float hc_collapse_at(const float *x, const float *pre
     return s;
 }
 
+// Hyper-connection expand of channels d .. d + V - 1 of one row, in place: X_b <- post[b] * y +
+// sum_a C[a][b] X_a (x: the row's hc streams of D; coef: its coefficients, post at hc, C after;
+// yv: y's channels, however the caller has them). A thread owns its channels of every stream,
+// so reading the old streams before writing is race-free. HC 2-4 (a template): the streams and
+// the coefficients are all loaded before any is used; HC 0: hc at run time, the coefficients
+// read as they go. k_hc_expand and moe's combine share it (the same bits either way).
+template <int HC, int V>
+__device__ __forceinline__ void hc_expand_cols(float *x, int64_t D, int64_t d, const float (&yv)[V], const float *coef, int hc_run) {
+    const int hc = HC ? HC : hc_run, N = HC ? HC : HC_MAX;
+    const float *post = coef + hc, *C = post + hc;
+    float old[N][V], pb[HC ? HC : 1], cm[HC ? HC * HC : 1];
+#pragma unroll
+    for (int a = 0; a < N; a++)
+        if (a < hc) load_v<V>(x + a * D + d, old[a]);
+    if constexpr (HC > 0) {
+#pragma unroll
+        for (int b = 0; b < HC; b++) pb[b] = post[b];
+#pragma unroll
+        for (int i = 0; i < HC * HC; i++) cm[i] = C[i];
+    }
+    auto post_of = [&](int b) {
+        if constexpr (HC > 0) return pb[b];
+        else return post[b];
+    };
+    auto c_of = [&](int a, int b) {
+        if constexpr (HC > 0) return cm[a * HC + b];
+        else return C[a * hc + b];
+    };
+#pragma unroll
+    for (int b = 0; b < N; b++) {
+        if (b >= hc) break;
+        float o[V];
+#pragma unroll
+        for (int c = 0; c < V; c++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int a = 0; a < N; a++)
+                if (a < hc) s += c_of(a, b) * old[a][c];
+            o[c] = post_of(b) * yv[c] + s;
+        }
+        if constexpr (V == 4) *(float4 *)(x + b * D + d) = make_float4(o[0], o[1], o[2], o[3]);
+        else x[b * D + d] = o[0];
+    }
+}
+
 // The mixes' sum of squares of a row of n floats over a block of HC_THREADS threads, which issue
 // every load of the row before they add any (one memory round trip for a decode row).
 __device__ __forceinline__ float hc_row_ss(const float *x, int64_t n, float *red) {

@@ -72,6 +72,12 @@ typedef struct {
     int64_t win_lo;
 } bk_span_t;
 
+/* The hc_expand an op's output feeds (moe): X <- hc_expand(X, output, coef) over hc streams. */
+typedef struct {
+    bk_tensor_t X, coef;
+    int hc;
+} bk_expand_t;
+
 /* One routed or shared expert's three projections (MODEL_V41 §5.11). */
 typedef struct {
     bk_weight_t *w1, *w2, *w3; /* [I, D], [D, I], [I, D] */
@@ -193,9 +199,10 @@ struct backend {
     void (*mlp)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit);
     /* out = sum over slots of wt * expert_idx(x) (in ascending expert order), then + add (m x D,
      * e.g. the shared expert's mlp, or NULL). add may come from an open branch: moe joins it
-     * before reading add. */
+     * before reading add. With expand, then the hc_expand op on out (the CUDA backend does it
+     * in the combine's launch). */
     void (*moe)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-                int n_experts, const bk_tensor_t *add, float limit);
+                int n_experts, const bk_tensor_t *add, const bk_expand_t *expand, float limit);
 
     /* ---- sampling ---- */
     /* Row i of logits (n x vocab) -> rows[i]'s token, exactly as sampler_pick chooses it from

@@ -67,7 +67,7 @@ void cpu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
 void cpu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                 bool normalize, float scale);
 void cpu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-             int n_experts, const bk_tensor_t *add, float limit);
+             int n_experts, const bk_tensor_t *add, const bk_expand_t *expand, float limit);
 void cpu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit);
 void cpu_matmul_op(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
 void cpu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups);

@@ -73,7 +73,7 @@ static void expert_rows(cpu_t *c, const bk_expert_t *ex, const float *x, int64_t
 }
 
 void cpu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-             int n_experts, const bk_tensor_t *add, float limit) {
+             int n_experts, const bk_tensor_t *add, const bk_expand_t *expand, float limit) {
     cpu_t *c = cpu_of(bk);
     int64_t m = x.rows, D = x.cols, k = idx.cols, I = experts[0].w1->m.rows;
     float *xs = xmalloc((size_t)(m * D) * 4), *ws = xmalloc((size_t)m * 4);
@@ -99,6 +99,7 @@ void cpu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_
         for (int64_t d = 0; d < D; d++) o[d] = acc[r * D + d] + (add ? f32_at(*add, r)[d] : 0.0f);
     }
     free(xs), free(ws), free(h1), free(h3), free(ys), free(acc), free(rows);
+    if (expand) bk->hc_expand(bk, expand->X, out, expand->coef, expand->hc);
 }
 
 void cpu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit) {

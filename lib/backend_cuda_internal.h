@@ -140,7 +140,7 @@ void cu_prof_end(cuda_t *c);
 void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0);
 void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups);
 void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-            int n_experts, const bk_tensor_t *add, float limit);
+            int n_experts, const bk_tensor_t *add, const bk_expand_t *expand, float limit);
 void cu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit);
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch);
 void cu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
@@ -151,6 +151,7 @@ void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters);
 void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
+void cu_expand_check(cuda_t *c, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
 void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
 void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
 void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,

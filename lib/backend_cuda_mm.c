@@ -213,7 +213,7 @@ void cu_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *e,
 }
 
 void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-            int n_experts, const bk_tensor_t *add, float limit) {
+            int n_experts, const bk_tensor_t *add, const bk_expand_t *expand, float limit) {
     cuda_t *c = cu_of(bk);
     int64_t m = x.rows, D = x.cols, k = idx.cols, E = n_experts, P = m * k;
     if (m <= 0) return;
@@ -251,10 +251,14 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     cu_prof_end(c);
 
     if (add) cu_join_branch(c); /* add may be the shared expert's, made on a branch */
-    cu_prof_begin(c, "moe combine");
+    bool fuse = expand && expand->hc == 4; /* the combine's launch goes on to the expand (the model's 4 streams) */
+    if (fuse) cu_expand_check(c, expand->X, out, expand->coef, expand->hc);
+    cu_prof_begin(c, fuse ? "moe combine + hc_expand" : "moe combine");
     CU(k_moe_combine(out.ptr, out.ld, y, pos_of, idx.ptr, idx.ld, add ? add->ptr : NULL, add ? add->ld : 0, m, (int)k, D,
-                     c->stream));
+                     fuse ? expand->X.ptr : NULL, fuse ? expand->X.ld : 0, fuse ? expand->coef.ptr : NULL,
+                     fuse ? expand->coef.ld : 0, fuse ? 4 : 0, c->stream));
     cu_prof_end(c);
+    if (expand && !fuse) cu_hc_expand(bk, expand->X, out, expand->coef, expand->hc);
     cu_release_scratch(c, ints);
     cu_release_scratch(c, wpos);
     cu_release_scratch(c, g);

@@ -78,10 +78,18 @@ void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t p
     OP("hc_collapse", k_hc_collapse(F(out), out.ld, F(X), X.ld, F(pre), pre.ld, X.rows, out.cols, hc, c->stream));
 }
 
+/* Before an hc_expand of y into X: the coefficients (the side stream's) joined, the shapes checked. */
+void cu_expand_check(cuda_t *c, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc) {
+    cu_join_side(c);
+    if (hc < 1 || hc > 16 || X.rows != y.rows || X.cols != hc * y.cols || coef.rows != y.rows || coef.cols < (2 + hc) * hc)
+        die("CUDA backend: hc_expand of %lld x %lld into %lld x %lld streams (hc %d) with %lld x %lld coefficients",
+            (long long)y.rows, (long long)y.cols, (long long)X.rows, (long long)X.cols, hc, (long long)coef.rows,
+            (long long)coef.cols);
+}
+
 void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc) {
     cuda_t *c = cu_of(bk);
-    cu_join_side(c);
-    if (hc > 16) die("CUDA backend: hc_mult %d > 16", hc);
+    cu_expand_check(c, X, y, coef, hc);
     OP("hc_expand", k_hc_expand(F(X), X.ld, F(y), y.ld, F(coef), coef.ld, X.rows, y.cols, hc, c->stream));
 }
 

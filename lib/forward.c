@@ -144,8 +144,8 @@ static void block(fwd_t *f, int L, int64_t k0) {
     bk->branch_end(bk);
     bk->matmul(bk, rlog, xin, w->ffn.gate, 0);
     bk->router(bk, ridx, rwt, rlog, w->ffn.bias, (float)c->gate_temp, c->norm_topk_prob, (float)c->routed_scaling_factor);
-    bk->moe(bk, y, xin, ridx, rwt, w->ffn.experts, c->n_routed_experts, &ysh, (float)c->swiglu_limit);
-    bk->hc_expand(bk, X, y, cF, (int)hc);
+    bk->moe(bk, y, xin, ridx, rwt, w->ffn.experts, c->n_routed_experts, &ysh, &(bk_expand_t){X, cF, (int)hc},
+            (float)c->swiglu_limit);
 }
 
 /* The head over the wanted rows: runs of batch rows collapsed into consecutive rows of xc,

@@ -1064,14 +1064,14 @@ static void spread_routes(int32_t *idx, int M, int K, int E, int step, int wobbl
 static void moe_shared(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *ex,
                        int E, const bk_expert_t *shared, float limit) {
     if (!shared) {
-        bk->moe(bk, out, x, idx, wt, ex, E, NULL, limit);
+        bk->moe(bk, out, x, idx, wt, ex, E, NULL, NULL, limit);
         return;
     }
     bk_tensor_t ys = bk->alloc(bk, BK_F32, x.rows, x.cols);
     bk->branch_begin(bk);
     bk->mlp(bk, ys, x, shared, limit);
     bk->branch_end(bk);
-    bk->moe(bk, out, x, idx, wt, ex, E, &ys, limit);
+    bk->moe(bk, out, x, idx, wt, ex, E, &ys, NULL, limit);
     bk->release(bk, &ys);
 }
 
@@ -1196,6 +1196,37 @@ static void test_moe_batch_invariance(void) {
     backend_cuda_precision(gpu, CUDA_BF16X3);
 }
 
+/* moe with the hc_expand its output feeds (the forward's FFN site): the combine's launch goes on
+ * to the expand, the same bits as moe then the hc_expand op; against the CPU as moe is. */
+static void test_moe_expand(void) {
+    enum { M = 3, E = 9, K = 3, HC = 4, NM = (2 + HC) * HC, D = 256, I = 96 };
+    experts_t ex;
+    make_experts(&ex, WQ_FP4, E, D, I);
+    float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f), *X = t_rand_vec(M * HC * D, 1.0f);
+    float *cf = t_rand_vec(M * NM, 1.0f);
+    int32_t idx[M * K];
+    spread_routes(idx, M, K, E, 5, 4);
+    pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K), tc = putf(cf, M, NM), ys = out2(BK_F32, M, D);
+    pair_t X1 = putf(X, M, HC * D), X2 = putf(X, M, HC * D), o1 = out2(BK_F32, M, D), o2 = out2(BK_F32, M, D);
+    gpu->mlp(gpu, ys.g, tx.g, &ex.shg, 0.0f);
+    cpu->mlp(cpu, ys.c, tx.c, &ex.shc, 0.0f);
+    gpu->moe(gpu, o1.g, tx.g, ti.g, tw.g, ex.g, E, &ys.g, &(bk_expand_t){X1.g, tc.g, HC}, 0.0f);
+    gpu->moe(gpu, o2.g, tx.g, ti.g, tw.g, ex.g, E, &ys.g, NULL, 0.0f);
+    gpu->hc_expand(gpu, X2.g, o2.g, tc.g, HC);
+    cpu->moe(cpu, o1.c, tx.c, ti.c, tw.c, ex.c, E, &ys.c, &(bk_expand_t){X1.c, tc.c, HC}, 0.0f);
+    float *a = t_download(gpu, X1.g), *b = t_download(gpu, X2.g), *c = t_download(cpu, X1.c);
+    float *oa = t_download(gpu, o1.g), *ob = t_download(gpu, o2.g);
+    CHECKF(!memcmp(a, b, sizeof(float) * M * HC * D) && !memcmp(oa, ob, sizeof(float) * M * D),
+           "moe with its hc_expand differs from moe then hc_expand");
+    double l2 = t_rel_l2(a, c, (size_t)(M * HC * D));
+    CHECKF(l2 <= 6e-2, "moe with its hc_expand: relative L2 %.3g vs the CPU", l2);
+    free(a), free(b), free(c), free(oa), free(ob);
+    pair_t *all[] = {&tx, &ti, &tw, &tc, &ys, &X1, &X2, &o1, &o2};
+    for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    free_experts(&ex);
+    free(x), free(wt), free(X), free(cf);
+}
+
 /* On the tensor cores a position's outputs do not depend on the other positions of the launch
  * (dense position tiles and expert tiles filled differently): the first rows alone give the
  * same bits as within the whole batch, in every precision. */
@@ -1299,9 +1330,10 @@ static void test_moe_tcs(void) {
         for (int lim = 0; lim < 2; lim++) {
             float limit = lim ? 0.7f : 0.0f;
             poison(o.g), poison(o1.g);
-            gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex, E, NULL, limit);
+            gpu->moe(gpu, o.g, tx.g, ti.g, tw.g, ex, E, NULL, NULL, limit);
             for (int r = 0; r < M; r++)
-                gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex, E, NULL, limit);
+                gpu->moe(gpu, bk_rows(o1.g, r, 1), bk_rows(tx.g, r, 1), bk_rows(ti.g, r, 1), bk_rows(tw.g, r, 1), ex, E, NULL, NULL,
+                         limit);
             float *g = t_download(gpu, o.g), *g1 = t_download(gpu, o1.g);
             memset(ref, 0, (size_t)(M * D) * 8);
             double worst = 0;
@@ -1594,7 +1626,7 @@ int main(int argc, char **argv) {
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
         {"test_tc_spans", test_tc_spans},
-        {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance},
+        {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_moe_expand", test_moe_expand},
         {"test_moe_tcs", test_moe_tcs},
         {"test_tc_batch_invariance", test_tc_batch_invariance},
         {"test_views_and_copy", test_views_and_copy}, {"test_branch", test_branch},

@@ -567,7 +567,7 @@ static void test_moe(void) {
     for (int lim = 0; lim < 2; lim++) { /* the shared expert through mlp, added by moe */
         float limit = lim ? 0.7f : 0.0f;
         bk->mlp(bk, ys, tx, &shared, limit);
-        bk->moe(bk, out, tx, ti, tw, ex, E, &ys, limit);
+        bk->moe(bk, out, tx, ti, tw, ex, E, &ys, NULL, limit);
         float *got = t_download(bk, out);
         double ref[5 * 37] = {0};
         for (int r = 0; r < m; r++)

@@ -262,11 +262,12 @@ static void w_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert
     IN->mlp(IN, out, x, e, limit);
 }
 static void w_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_tensor_t wt, const bk_expert_t *experts,
-                  int n, const bk_tensor_t *add, float limit) {
+                  int n, const bk_tensor_t *add, const bk_expand_t *expand, float limit) {
     (void)bk, main_line_only("moe"), rd(x, "moe"), rd(idx, "moe"), rd(wt, "moe"), wr(out, "moe");
     if (add) check_join(); /* moe joins before it reads add */
     rdp(add, "moe");
-    IN->moe(IN, out, x, idx, wt, experts, n, add, limit);
+    if (expand) rd(expand->coef, "moe"), wr(expand->X, "moe");
+    IN->moe(IN, out, x, idx, wt, experts, n, add, expand, limit);
 }
 static void w_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
     (void)bk, main_line_only("pick"), rd(logits, "pick");
