@@ -282,7 +282,18 @@ __global__ void attn_merge_kernel(attn_args_t a) {
             float fs = f[s];
             v.x += p.x * fs, v.y += p.y * fs, v.z += p.z * fs, v.w += p.w * fs;
         }
-        out[4 * c4] = v.x / Z, out[4 * c4 + 1] = v.y / Z, out[4 * c4 + 2] = v.z / Z, out[4 * c4 + 3] = v.w / Z;
+        float o[4] = {v.x / Z, v.y / Z, v.z / Z, v.w / Z};
+        int r0 = d - 2 * a.unrope_half; /* the first turned channel */
+        if (a.unrope && 4 * c4 >= r0) { /* two whole pairs: r0 is even */
+            int64_t pos = a.rows ? a.rows[r].pos : a.pos0 + r;
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                float c, sn;
+                rope_angle(pos, __ldg(a.unrope + (4 * c4 + 2 * q - r0) / 2), 1, c, sn);
+                rope_turn(o[2 * q], o[2 * q + 1], c, sn);
+            }
+        }
+        out[4 * c4] = o[0], out[4 * c4 + 1] = o[1], out[4 * c4 + 2] = o[2], out[4 * c4 + 3] = o[3];
         return;
     }
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -296,6 +307,7 @@ __global__ void attn_merge_kernel(attn_args_t a) {
 extern "C" cudaError_t k_attention(const attn_args_t *a, cudaStream_t s) {
     if (a->m <= 0) return cudaSuccess;
     if (a->d > 512 || a->d <= 0 || a->m > 0x7FFFFFFF || a->splits > AT_MAX_SPLITS) return cudaErrorInvalidValue;
+    if (a->unrope && (a->splits < 2 || a->d % 4 || a->unrope_half < 0 || 2 * a->unrope_half > a->d)) return cudaErrorInvalidValue;
     size_t smem = k_attention_smem(a->d);
     static size_t raised;
     if (smem > raised) {

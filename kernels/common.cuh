@@ -70,6 +70,21 @@ __device__ __forceinline__ void prefetch_l2(const void *p, int64_t n, int lane, 
 
 __device__ __forceinline__ float bits_f(uint32_t u) { return __uint_as_float(u); }
 
+// RoPE (MODEL_V41 §3): pair p of a head at position P turns by P * f_p, in fp32 as the CPU does
+// (sin negated for the inverse); rope.cu and the attention merge's inverse share it.
+__device__ __forceinline__ void rope_angle(int64_t P, float f, int inverse, float &c, float &sn) {
+    float ang = (float)P * f;
+    c = cosf(ang), sn = sinf(ang);
+    if (inverse) sn = -sn;
+}
+// Rounded product by product (no contraction into an FMA, which nvcc may choose differently
+// in each kernel): every caller gets the same bits, and the CPU's arithmetic.
+__device__ __forceinline__ void rope_turn(float &e, float &o, float c, float sn) {
+    float e0 = e, o0 = o;
+    e = __fsub_rn(__fmul_rn(e0, c), __fmul_rn(o0, sn));
+    o = __fadd_rn(__fmul_rn(e0, sn), __fmul_rn(o0, c));
+}
+
 // A float's order-preserving integer key (larger float, larger key; -0 below +0, NaN by its
 // bits): for radix selection and integer reductions over floats. float_of_order_key inverts it.
 __device__ __forceinline__ uint32_t order_key(float v) {

@@ -76,6 +76,11 @@ typedef struct {
     kw_t w_pair;
     const float *wpos;
     float limit;
+    /* k_matmul_tcs, dense, one weight: with ex_X, then X <- hc_expand(X, out, ex_coef) per output
+     * (4 streams of n, row0 0; k_hc_expand's bits). */
+    float *ex_X;
+    const float *ex_coef;
+    int64_t ex_ldx, ex_ldc;
 } mm_args_t;
 
 /* True when the fast kernels can read this weight (else k_matmul_simt uses a plain one). */
@@ -195,6 +200,10 @@ typedef struct {
     float *part_o, *part_ml;
     const attn_row_t *rows;
     int vec;
+    /* with unrope (the RoPE frequencies, unrope_half of them; splits > 1, d % 4 == 0): the merge
+     * turns each head's last 2 * unrope_half channels back (k_rope's inverse, its bits) */
+    const float *unrope;
+    int unrope_half;
 } attn_args_t;
 cudaError_t k_attention(const attn_args_t *a, cudaStream_t s);
 size_t k_attention_smem(int d);

@@ -44,7 +44,7 @@
 // columns.
 // A position's columns depend on its own activations alone and the order of every sum is
 // fixed, so neither the pass it shares nor its expert's count nor m changes its result.
-#include "common.cuh"
+#include "row_ops.cuh"
 
 #define TS_WARPS 16
 #define TS_ROWS K_TCS_ROWS // output rows per block (128): 8 groups of 16, each taken by two warps (experts: 4 to 8 groups)
@@ -355,8 +355,10 @@ template <bool PAIR> __device__ __forceinline__ void ts_emit(const mm_args_t &a,
     if constexpr (PAIR) {
         float h = moe_act_dev(v[0], v[1], a.limit);
         a.out[p * a.ldo + o] = a.wpos ? a.wpos[p] * h : h;
-    } else
+    } else {
         a.out[p * a.ldo + o] = v[0];
+        if (a.ex_X) hc_expand_cols<4, 1>(a.ex_X + p * a.ex_ldx, a.n, o, {v[0]}, a.ex_coef + p * a.ex_ldc, 4);
+    }
 }
 
 // kcw: staged columns per chunk (a multiple of TS_KQ); rows of kcw + 16 elements (four rows'
@@ -532,7 +534,8 @@ extern "C" cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s) {
                           : (a->splits <= 1 || (a->split_k % 256 == 0 && a->partial && a->counters)) &&
                                 a->x_group_n % TS_ROWS == 0 && a->row0 + a->n <= a->w.rows &&
                                 (!pair || ts_same_layout(&a->w, &a->w_pair));
-    if (!k_matmul_tcs_ok(&a->w) || !layout) return cudaErrorInvalidValue;
+    bool expand = !a->ex_X || (!a->wtab && !pair && a->row0 == 0 && (uintptr_t)a->ex_X % 16 == 0);
+    if (!k_matmul_tcs_ok(&a->w) || !layout || !expand) return cudaErrorInvalidValue;
     if (a->n <= 0 || a->m <= 0 || (a->wtab && a->max_active <= 0)) return cudaSuccess;
     return a->w.kind == KW_FP8 ? ts_launch_kind<KW_FP8>(a, pair, s) : ts_launch_kind<KW_FP4>(a, pair, s);
 }

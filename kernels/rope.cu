@@ -3,13 +3,6 @@
 // or from a list of (row, position) pairs (a batch's rows at their sequences' positions).
 #include "common.cuh"
 
-// The rotation of pair p at position P: cos and sin of P * f_p (sin negated for the inverse).
-__device__ __forceinline__ void rope_angle(int64_t P, float f, int inverse, float &c, float &sn) {
-    float ang = (float)P * f;
-    c = cosf(ang), sn = sinf(ang);
-    if (inverse) sn = -sn;
-}
-
 // The frequency is a weight and a single sequence's positions are arguments: both are taken,
 // and the rotation computed, before the kernel's wait; a row table is read after it.
 __global__ void rope_kernel(float *x, int64_t ldx, int64_t heads, int head_dim, const float *f, int half, int64_t pos0,
@@ -24,9 +17,7 @@ __global__ void rope_kernel(float *x, int64_t ldx, int64_t heads, int head_dim, 
     if (!live) return;
     if (row_pos) r = row_pos[2 * blockIdx.y], rope_angle(row_pos[2 * blockIdx.y + 1], fp, inverse, c, sn);
     float *v = x + r * ldx + h * head_dim + head_dim - 2 * half + 2 * p;
-    float e = v[0], o = v[1];
-    v[0] = e * c - o * sn;
-    v[1] = e * sn + o * c;
+    rope_turn(v[0], v[1], c, sn);
 }
 
 extern "C" cudaError_t k_rope(float *x, int64_t ldx, int64_t rows, int64_t cols, int head_dim, const float *inv_freq,

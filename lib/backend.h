@@ -121,6 +121,9 @@ struct backend {
      * times rows [g * n_g, (g + 1) * n_g) of W (n_g = out.cols / groups; W has x.cols / groups
      * columns). Each group's numbers are matmul's on the same views. */
     void (*matmul_grouped)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups);
+    /* matmul (row0 0), then the hc_expand op on out (the CUDA backend does it in the matmul's
+     * epilogue at few positions). */
+    void (*matmul_expand)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, const bk_expand_t *expand);
     /* out = x / sqrt(mean(x^2) + eps) per row, times w (1 x cols) unless w is NULL. out may be x. */
     void (*rmsnorm)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps);
     /* In place: every head_dim-wide head of a row rotates its last 2*inv_freq->cols channels in
@@ -171,9 +174,11 @@ struct backend {
                       bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                       const bk_tensor_t *sel);
     /* attention over each span's rows of out, q, kv_new (and sel): its ring, win_lo, pos0, and
-     * its pool when sel is given. */
+     * its pool when sel is given. With unrope (RoPE frequencies, or NULL), then out's heads
+     * turned back: rope_spans(out, d, *unrope, spans, 1, inverse) (the CUDA backend does it in
+     * the attention's merge at few rows). */
     void (*attention_spans)(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                            int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel);
+                            int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope);
     /* Indexer (§5.7) for query rows at pos0 + r over keys (n_keys x di): entry j is visible
      * when j < (pos + 1) / ratio; score I_j = sum_h relu(q_h . k_j) * q_scale * w[h] * w_scale.
      * blocks_in (m x KB, or NULL): only entries of those candidate blocks compete. blocks_out

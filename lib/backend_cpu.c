@@ -280,6 +280,11 @@ static void cpu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor
     for_rows(bk, X.rows, X.cols * (hc + 1), expand_row, &a);
 }
 
+static void cpu_matmul_expand(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, const bk_expand_t *expand) {
+    bk->matmul(bk, out, x, w, 0);
+    cpu_hc_expand(bk, expand->X, out, expand->coef, expand->hc);
+}
+
 /* The ops themselves, one after another: the numbers of the unfused forward. */
 static void cpu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
                        bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters) {
@@ -404,7 +409,7 @@ backend_t *backend_cpu_create(int threads) {
         .name = "cpu", .impl = c,
         .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_upload, .download = cpu_download,
         .copy = cpu_copy, .copy_many = cpu_copy_many, .bind = cpu_bind, .unbind = cpu_unbind, .destroy = cpu_destroy,
-        .matmul = cpu_matmul_op, .matmul_grouped = cpu_matmul_grouped, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .rope_spans = cpu_rope_spans, .qat = cpu_qat,
+        .matmul = cpu_matmul_op, .matmul_grouped = cpu_matmul_grouped, .matmul_expand = cpu_matmul_expand, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .rope_spans = cpu_rope_spans, .qat = cpu_qat,
         .hc_mix = cpu_hc_mix, .hc_collapse = cpu_hc_collapse, .hc_expand = cpu_hc_expand, .hc_fill = cpu_hc_fill,
         .hc_pre = cpu_hc_pre,
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,

@@ -65,13 +65,14 @@ void cpu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t si
 }
 
 void cpu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                         int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
+                         int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope) {
     for (int i = 0; i < n_spans; i++) {
         const bk_span_t *s = &spans[i];
         bk_tensor_t rsel = sel ? bk_rows(*sel, s->r0, s->n) : (bk_tensor_t){0};
         cpu_attention(bk, bk_rows(out, s->r0, s->n), bk_rows(q, s->r0, s->n), sink, scale, s->ring, bk_rows(kv_new, s->r0, s->n),
                       s->pos0, window, s->win_lo, sel ? &s->pool : NULL, sel ? &rsel : NULL);
     }
+    if (unrope) bk->rope_spans(bk, out, (int)kv_new.cols, *unrope, spans, n_spans, 1, true);
 }
 
 /* ---- top-k with ties to the lower index ------------------------------------------------ */

@@ -57,7 +57,8 @@ void cpu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t si
                    bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                    const bk_tensor_t *sel);
 void cpu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                         int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel);
+                         int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel,
+                         const bk_tensor_t *unrope);
 void cpu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                        const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
                        float q_scale, float w_scale);

@@ -151,6 +151,7 @@ void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters);
 void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
+void cu_matmul_expand(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, const bk_expand_t *expand);
 void cu_expand_check(cuda_t *c, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
 void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
 void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
@@ -163,7 +164,8 @@ void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sin
                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                   const bk_tensor_t *sel);
 void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel);
+                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel,
+                         const bk_tensor_t *unrope);
 void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                       const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
                       float q_scale, float w_scale);

@@ -121,6 +121,25 @@ void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t 
     dense(cu_of(bk), out.ptr, out.ld, x.ptr, x.ld, x.rows, w, row0, out.cols, true);
 }
 
+/* At few positions on the tensor cores (decode) the expand rides in the matmul's epilogue (the
+ * model's 4 streams), k_hc_expand's bits; else the matmul, then the hc_expand op. */
+void cu_matmul_expand(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, const bk_expand_t *expand) {
+    cuda_t *c = cu_of(bk);
+    if (x.cols != w->w.cols || out.cols > w->w.rows)
+        die("CUDA backend: matmul of %lld columns into %lld against a %lld x %lld weight", (long long)x.cols, (long long)out.cols,
+            (long long)w->w.rows, (long long)w->w.cols);
+    mm_args_t a = {.m = x.rows, .n = out.cols, .k = w->w.cols, .x = x.ptr, .ldx = x.ld, .out = out.ptr, .ldo = out.ld,
+                   .w = w->w, .positions = x.rows};
+    if (x.rows <= 0 || expand->hc != 4 || !use_tcs(c, &a)) {
+        cu_matmul(bk, out, x, w, 0);
+        cu_hc_expand(bk, expand->X, out, expand->coef, expand->hc);
+        return;
+    }
+    cu_expand_check(c, expand->X, out, expand->coef, expand->hc);
+    a.ex_X = expand->X.ptr, a.ex_ldx = expand->X.ld, a.ex_coef = expand->coef.ptr, a.ex_ldc = expand->coef.ld;
+    mm_run(c, &a, true);
+}
+
 /* One launch when every output tile lies in one group (16 outputs on the CUDA cores, 128 on
  * the tensor cores at any number of positions), else one matmul per group. */
 void cu_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups) {

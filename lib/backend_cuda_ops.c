@@ -163,7 +163,8 @@ static bool vec_ok(const void *p, int64_t ld) { return (uintptr_t)p % 16 == 0 &&
 /* One launch for every span: the one span's rows through the scalar fields, several through a
  * device table of rows. */
 static void attention_simt(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                           int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
+                           int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel,
+                           const bk_tensor_t *unrope) {
     cuda_t *c = cu_of(bk);
     int d = (int)kv_new.cols;
     if (d > 512) die("CUDA backend: attention head_dim %d > 512", d);
@@ -206,6 +207,8 @@ static void attention_simt(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_ten
     a.splits = (int)(want < most ? want : most);
     if (a.splits < 1) a.splits = 1;
     if (a.splits > 256) a.splits = 256; /* the merge kernel's limit */
+    bool merge_turns = unrope && a.splits > 1 && d % 4 == 0; /* the merge turns the output back */
+    if (merge_turns) a.unrope = F(*unrope), a.unrope_half = (int)unrope->cols;
     void *po = NULL, *pml = NULL;
     if (a.splits > 1) {
         po = cu_scratch(c, (size_t)(a.splits * a.m * a.heads * d) * 4);
@@ -216,22 +219,29 @@ static void attention_simt(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_ten
     if (po) cu_release_scratch(c, po), cu_release_scratch(c, pml);
     if (rows) cu_release_scratch(c, (void *)a.rows);
     free(rows);
+    if (unrope && !merge_turns) cu_rope_spans(bk, out, d, *unrope, spans, n_spans, 1, true);
 }
 
 /* Long spans (prefill) on the tensor cores, the others on the CUDA cores. */
 void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
-    bk_span_t *rest = xmalloc((size_t)(n_spans + 1) * sizeof *rest);
-    int n_rest = cu_attention_tc(bk, out, q, sink, scale, kv_new, window, spans, n_spans, sel, rest);
-    attention_simt(bk, out, q, sink, scale, kv_new, window, rest, n_rest, sel);
-    free(rest);
+                        int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope) {
+    bk_span_t *rest = xmalloc((size_t)(n_spans + 1) * sizeof *rest), *taken = xmalloc((size_t)(n_spans + 1) * sizeof *taken);
+    int n_rest = cu_attention_tc(bk, out, q, sink, scale, kv_new, window, spans, n_spans, sel, rest), n_taken = 0;
+    attention_simt(bk, out, q, sink, scale, kv_new, window, rest, n_rest, sel, unrope);
+    for (int i = 0; unrope && i < n_spans; i++) { /* the tensor cores' spans are turned back apart */
+        bool left = false;
+        for (int j = 0; j < n_rest && !left; j++) left = rest[j].r0 == spans[i].r0;
+        if (!left) taken[n_taken++] = spans[i];
+    }
+    if (n_taken) cu_rope_spans(bk, out, (int)kv_new.cols, *unrope, taken, n_taken, 1, true);
+    free(rest), free(taken);
 }
 
 void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
                   const bk_tensor_t *sel) {
     bk_span_t s = {.r0 = 0, .n = q.rows, .pos0 = pos0, .ring = ring, .pool = pool ? *pool : (bk_tensor_t){0}, .win_lo = win_lo};
-    cu_attention_spans(bk, out, q, sink, scale, kv_new, window, &s, 1, pool ? sel : NULL);
+    cu_attention_spans(bk, out, q, sink, scale, kv_new, window, &s, 1, pool ? sel : NULL, NULL);
 }
 
 /* One launch per kernel for every span (scores, block scores, mask, top-k), as attention. */

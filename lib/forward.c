@@ -132,8 +132,7 @@ static void block(fwd_t *f, int L, int64_t k0) {
      * FFN site's pre (single-pass mHC) */
     bk->hc_pre(bk, xin, cA, X, w->hc_attn_fn, w->hc_attn_base, w->hc_attn_scale, bk_cols(cF, 0, hc), &w->attn_norm, (int)hc, eps,
                hc_eps, c->hc_sinkhorn_iters);
-    fwd_attention(f, L, k0);
-    bk->hc_expand(bk, X, y, cA, (int)hc);
+    fwd_attention(f, L, k0, &(bk_expand_t){X, cA, (int)hc}); /* its output expanded into the streams */
     /* FFN site: input collapsed with the attention site's pre */
     bk->hc_pre(bk, xin, cF, X, w->hc_ffn_fn, w->hc_ffn_base, w->hc_ffn_scale, bk_cols(cA, 0, hc), &w->ffn_norm, (int)hc, eps,
                hc_eps, c->hc_sinkhorn_iters);

@@ -208,14 +208,15 @@ static void ring_write(copies_t *cp, seq_layer_t *sl, bk_tensor_t kv, int64_t P0
 }
 
 /* RoPE over the rows of every active piece, at the piece's positions. */
-static void rope_pieces(fwd_t *f, int64_t k0, bk_tensor_t t, bk_tensor_t table, bool inverse) {
+static void rope_pieces(fwd_t *f, int64_t k0, bk_tensor_t t, bk_tensor_t table) {
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
     int ns = piece_spans(f, k0, false, 1, spans);
-    f->bk->rope_spans(f->bk, t, f->c->head_dim, table, spans, ns, 1, inverse);
+    f->bk->rope_spans(f->bk, t, f->c->head_dim, table, spans, ns, 1, false);
     free(spans);
 }
 
-/* Sparse attention of one wave of pieces in one call, then their window writes. */
+/* Sparse attention of one wave of pieces in one call (its output turned back from RoPE's frame),
+ * then their window writes. */
 static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *spans, copies_t *cp) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
@@ -236,7 +237,7 @@ static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *sp
     }
     if (!ns) return;
     bk->attention_spans(bk, f->o, f->q, w->attn.sink, (float)pow((double)c->head_dim, -0.5), f->kv, c->sliding_window, spans, ns,
-                        s->ratio ? &f->sel[s->topk_source] : NULL);
+                        s->ratio ? &f->sel[s->topk_source] : NULL, &f->m->inv_freq[s->rope]);
     for (int i = a; i < b; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0)) continue;
@@ -247,7 +248,7 @@ static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *sp
     copies_run(bk, cp);
 }
 
-void fwd_attention(fwd_t *f, int L, int64_t k0) {
+void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
     const layer_sched_t *s = &c->layers[L];
@@ -261,14 +262,14 @@ void fwd_attention(fwd_t *f, int L, int64_t k0) {
     bk->branch_begin(bk); /* the window KV and the compressor alongside the query */
     bk->matmul(bk, kv, xin, w->attn.wkv, 0);
     bk->rmsnorm(bk, kv, kv, &w->attn.kv_norm, eps);
-    rope_pieces(f, k0, f->kv, table, false);
+    rope_pieces(f, k0, f->kv, table);
     fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
     if (s->ratio && s->has_compressor) compress(f, L, k0);
     bk->branch_end(bk);
     bk->matmul(bk, cq, xin, w->attn.wq_a, 0);
     bk->rmsnorm(bk, cq, cq, &w->attn.q_norm, eps); /* kept: the indexer query reads it */
     bk->matmul(bk, q, cq, w->attn.wq_b, 0);
-    rope_pieces(f, k0, f->q, table, false);
+    rope_pieces(f, k0, f->q, table);
     if (s->ratio && s->has_indexer) indexer(f, L, k0); /* joins the branch before reading keys */
     bk->branch_join(bk);
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
@@ -278,7 +279,6 @@ void fwd_attention(fwd_t *f, int L, int64_t k0) {
     attend_wave(f, L, k0, cut, f->n_pieces, spans, &cp);
     copies_free(&cp);
     free(spans);
-    rope_pieces(f, k0, f->o, table, true); /* back to the un-rotated frame */
     bk->matmul_grouped(bk, u, bk_rows(f->o, k0, m), w->attn.wo_a, (int)c->o_groups);
-    bk->matmul(bk, bk_rows(f->y, k0, m), u, w->attn.wo_b, 0);
+    bk->matmul_expand(bk, bk_rows(f->y, k0, m), u, w->attn.wo_b, expand);
 }

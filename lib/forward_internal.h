@@ -48,6 +48,6 @@ void fwd_qat(fwd_t *f, int64_t k0, bk_tensor_t t, qat_kind_t kind, int block, bo
 
 /* Attention block of layer L for batch rows [k0, n): reads f->xin, writes f->y, updates each
  * piece's window, pool, keys and pending state. */
-void fwd_attention(fwd_t *f, int L, int64_t k0);
+void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand);
 
 #endif

@@ -793,7 +793,7 @@ static void test_tc_spans(void) {
     pair_t tsel = puti(sel, M, K), o = out2(BK_F32, M, H * D), o1 = out2(BK_F32, M, H * D);
     pair_t tiq = putf(iq, M, HI * DI), tiw = putf(iw, M, HI);
     poison_on(cpu, o.c);
-    cpu->attention_spans(cpu, o.c, tq.c, ts.c, 0.07f, tk.c, W, cs, NS, &tsel.c);
+    cpu->attention_spans(cpu, o.c, tq.c, ts.c, 0.07f, tk.c, W, cs, NS, &tsel.c, NULL);
     /* the indexer's keys sit at their groups' positions: span i's rows see (pos + 1) / 2 of its entries */
     for (int i = 0; i < NS; i++) gs[i].pos0 = cs[i].pos0 = 2 * npool[i] - sp[i].n + 3 * i - 9 > 0 ? 2 * npool[i] - sp[i].n + 3 * i - 9 : 0;
     pair_t s1 = out2(BK_I32, M, KI), b1 = out2(BK_I32, M, KB), s2 = out2(BK_I32, M, KI), b2 = out2(BK_I32, M, KB);
@@ -804,8 +804,8 @@ static void test_tc_spans(void) {
         backend_cuda_precision(gpu, precs[pr].p);
         for (int i = 0; i < NS; i++) gs[i].pos0 = sp[i].pos0;
         poison(o.g), poison(o1.g);
-        gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.07f, tk.g, W, gs, NS, &tsel.g);
-        for (int i = 0; i < NS; i++) gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.07f, tk.g, W, gs + i, 1, &tsel.g);
+        gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.07f, tk.g, W, gs, NS, &tsel.g, NULL);
+        for (int i = 0; i < NS; i++) gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.07f, tk.g, W, gs + i, 1, &tsel.g, NULL);
         char what[96];
         snprintf(what, sizeof what, "attention_spans, prefill and decode spans, %s", precs[pr].name);
         compare(o, precs[pr].attn_tol, what); /* NaN where the CPU kept the poison: rows outside the spans */
@@ -923,8 +923,8 @@ static void test_batched_forms(void) {
             pair_t o = out2(BK_F32, M, H * d);
             poison_on(cpu, o.c);
             int first = one ? 1 : 0, n = one ? 1 : ns;
-            gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.05f, tk.g, W, gs + first, n, with_pool ? &tsel.g : NULL);
-            cpu->attention_spans(cpu, o.c, tq.c, ts.c, 0.05f, tk.c, W, cs + first, n, with_pool ? &tsel.c : NULL);
+            gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.05f, tk.g, W, gs + first, n, with_pool ? &tsel.g : NULL, NULL);
+            cpu->attention_spans(cpu, o.c, tq.c, ts.c, 0.05f, tk.c, W, cs + first, n, with_pool ? &tsel.c : NULL, NULL);
             char what[64];
             snprintf(what, sizeof what, "attention_spans pool %d one %d", with_pool, one);
             compare(o, 1e-5, what); /* NaN where the CPU left the poison too: rows outside the spans */
@@ -932,14 +932,32 @@ static void test_batched_forms(void) {
         }
     { /* a one-row span gives the same bits batched or alone (its keys are cut the same way) */
         pair_t o = out2(BK_F32, M, H * d), o1 = out2(BK_F32, M, H * d);
-        gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.05f, tk.g, W, gs, ns, &tsel.g);
-        for (int i = 0; i < ns; i++) gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.05f, tk.g, W, gs + i, 1, &tsel.g);
+        gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.05f, tk.g, W, gs, ns, &tsel.g, NULL);
+        for (int i = 0; i < ns; i++) gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.05f, tk.g, W, gs + i, 1, &tsel.g, NULL);
         float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
         int diff = 0;
         for (int i = 0; i < ns; i++)
             if (gs[i].n == 1) diff += memcmp(u + gs[i].r0 * H * d, v + gs[i].r0 * H * d, (size_t)(H * d) * 4) != 0;
         CHECKF(diff == 0, "%d one-row spans differ batched and alone", diff);
         free2(&o), free2(&o1);
+        free(u), free(v);
+    }
+    { /* with unrope the output comes back turned from RoPE's frame (at decode rows in the merge):
+       * the same bits as attention then rope_spans' inverse, and the CPU's */
+        float fq[32];
+        for (int p = 0; p < 32; p++) fq[p] = powf(0.7f, (float)p);
+        pair_t tfq = putf(fq, 1, 32), o = out2(BK_F32, M, H * d), o1 = out2(BK_F32, M, H * d);
+        poison_on(cpu, o.c);
+        gpu->attention_spans(gpu, o.g, tq.g, ts.g, 0.05f, tk.g, W, gs, ns, &tsel.g, &tfq.g);
+        gpu->attention_spans(gpu, o1.g, tq.g, ts.g, 0.05f, tk.g, W, gs, ns, &tsel.g, NULL);
+        gpu->rope_spans(gpu, o1.g, d, tfq.g, gs, ns, 1, true);
+        cpu->attention_spans(cpu, o.c, tq.c, ts.c, 0.05f, tk.c, W, cs, ns, &tsel.c, &tfq.c);
+        float *u = t_download(gpu, o.g), *v = t_download(gpu, o1.g);
+        int diff = 0;
+        for (int i = 0; i < ns; i++) diff += memcmp(u + gs[i].r0 * H * d, v + gs[i].r0 * H * d, (size_t)(gs[i].n * H * d) * 4) != 0;
+        CHECKF(diff == 0, "attention_spans with unrope: %d spans differ from attention then rope_spans", diff);
+        compare(o, 1e-5, "attention_spans with unrope");
+        free2(&o), free2(&o1), free2(&tfq);
         free(u), free(v);
     }
     /* indexer_spans: each span its own keys; equal to the one-span calls on the same backend */
@@ -1225,6 +1243,36 @@ static void test_moe_expand(void) {
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
     free_experts(&ex);
     free(x), free(wt), free(X), free(cf);
+}
+
+/* matmul with the hc_expand its output feeds (the forward's attention site, wo_b): at few
+ * positions the expand rides in the matmul's epilogue (split or not), the same bits as the
+ * matmul then the hc_expand op; against the CPU as the matmul is. */
+static void test_matmul_expand(void) {
+    enum { HC = 4, NM = (2 + HC) * HC, N = 256 };
+    int ks[] = {512, 8192}, ms[] = {1, 3};
+    for (size_t ki = 0; ki < DI_ARRAY_LEN(ks); ki++)
+        for (size_t mi = 0; mi < DI_ARRAY_LEN(ms); mi++) {
+            int K = ks[ki], M = ms[mi];
+            weight_t w = make_weight(WQ_FP8, N, K, 32);
+            float *x = t_rand_vec((size_t)(M * K), 1.0f), *X = t_rand_vec((size_t)(M * HC * N), 1.0f);
+            float *cf = t_rand_vec((size_t)(M * NM), 1.0f);
+            pair_t tx = putf(x, M, K), tc = putf(cf, M, NM), X1 = putf(X, M, HC * N), X2 = putf(X, M, HC * N);
+            pair_t o1 = out2(BK_F32, M, N), o2 = out2(BK_F32, M, N);
+            gpu->matmul_expand(gpu, o1.g, tx.g, w.g, &(bk_expand_t){X1.g, tc.g, HC});
+            gpu->matmul(gpu, o2.g, tx.g, w.g, 0);
+            gpu->hc_expand(gpu, X2.g, o2.g, tc.g, HC);
+            cpu->matmul_expand(cpu, o1.c, tx.c, w.c, &(bk_expand_t){X1.c, tc.c, HC});
+            float *a = t_download(gpu, X1.g), *b = t_download(gpu, X2.g), *oa = t_download(gpu, o1.g), *ob = t_download(gpu, o2.g);
+            CHECKF(!memcmp(a, b, sizeof(float) * M * HC * N) && !memcmp(oa, ob, sizeof(float) * M * N),
+                   "K %d M %d: matmul with its hc_expand differs from matmul then hc_expand", K, M);
+            compare(X1, 1e-3, "matmul with its hc_expand vs the CPU");
+            free(a), free(b), free(oa), free(ob);
+            pair_t *all[] = {&tx, &tc, &X1, &X2, &o1, &o2};
+            for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+            free_weight(&w);
+            free(x), free(X), free(cf);
+        }
 }
 
 /* On the tensor cores a position's outputs do not depend on the other positions of the launch
@@ -1626,7 +1674,7 @@ int main(int argc, char **argv) {
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
         {"test_tc_spans", test_tc_spans},
-        {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_moe_expand", test_moe_expand},
+        {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_moe_expand", test_moe_expand}, {"test_matmul_expand", test_matmul_expand},
         {"test_moe_tcs", test_moe_tcs},
         {"test_tc_batch_invariance", test_tc_batch_invariance},
         {"test_views_and_copy", test_views_and_copy}, {"test_branch", test_branch},

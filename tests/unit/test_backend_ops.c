@@ -671,7 +671,7 @@ static void test_batched_forms(void) {
         float *nan = xmalloc((size_t)(m * H * d) * 4);
         for (int i = 0; i < m * H * d; i++) nan[i] = NAN;
         bk_tensor_t o1 = put(bk, nan, m, H * d), o2 = put(bk, nan, m, H * d);
-        bk->attention_spans(bk, o1, tq, ts, 0.2f, tk, W, as, 2, with_pool ? &tsel : NULL);
+        bk->attention_spans(bk, o1, tq, ts, 0.2f, tk, W, as, 2, with_pool ? &tsel : NULL, NULL);
         for (int i = 0; i < 2; i++) {
             bk_tensor_t rs = bk_rows(tsel, as[i].r0, as[i].n);
             bk->attention(bk, bk_rows(o2, as[i].r0, as[i].n), bk_rows(tq, as[i].r0, as[i].n), ts, 0.2f, as[i].ring,

@@ -164,6 +164,11 @@ static void w_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_wei
     (void)bk, rd(x, "matmul"), wr(out, "matmul");
     IN->matmul(IN, out, x, w, row0);
 }
+static void w_matmul_expand(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, const bk_expand_t *expand) {
+    (void)bk, main_line_only("matmul_expand"), rd(x, "matmul_expand"), wr(out, "matmul_expand");
+    rd(expand->coef, "matmul_expand"), wr(expand->X, "matmul_expand");
+    IN->matmul_expand(IN, out, x, w, expand);
+}
 static void w_matmul_grouped(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int groups) {
     (void)bk, rd(x, "matmul_grouped"), wr(out, "matmul_grouped");
     IN->matmul_grouped(IN, out, x, w, groups);
@@ -229,11 +234,12 @@ static void w_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor
     IN->attention(IN, out, q, sink, scale, ring, kv_new, pos0, window, win_lo, pool, sel);
 }
 static void w_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                              int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel) {
+                              int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel,
+                              const bk_tensor_t *unrope) {
     (void)bk, main_line_only("attention_spans"), rd(q, "attention_spans"), rd(kv_new, "attention_spans");
     rdp(sel, "attention_spans"), wr(out, "attention_spans");
     for (int i = 0; i < n_spans; i++) rd(spans[i].ring, "attention_spans"), rd(spans[i].pool, "attention_spans");
-    IN->attention_spans(IN, out, q, sink, scale, kv_new, window, spans, n_spans, sel);
+    IN->attention_spans(IN, out, q, sink, scale, kv_new, window, spans, n_spans, sel, unrope);
 }
 static void w_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                            bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
@@ -284,7 +290,7 @@ static backend_t *recorder(backend_t *inner) {
         .alloc = w_alloc, .release = w_release, .upload = w_upload, .download = w_download, .copy = w_copy,
         .copy_many = w_copy_many, .bind = w_bind, .unbind = w_unbind, .destroy = NULL,
         .branch_begin = w_branch_begin, .branch_end = w_branch_end, .branch_join = w_branch_join,
-        .matmul = w_matmul, .matmul_grouped = w_matmul_grouped, .rmsnorm = w_rmsnorm, .rope = w_rope, .rope_spans = w_rope_spans,
+        .matmul = w_matmul, .matmul_grouped = w_matmul_grouped, .matmul_expand = w_matmul_expand, .rmsnorm = w_rmsnorm, .rope = w_rope, .rope_spans = w_rope_spans,
         .qat = w_qat, .hc_mix = w_hc_mix, .hc_collapse = w_hc_collapse, .hc_expand = w_hc_expand, .hc_fill = w_hc_fill,
         .hc_pre = w_hc_pre, .gather = w_gather, .engram_gate = w_engram_gate, .group_pool = w_group_pool,
         .attention = w_attention, .attention_spans = w_attention_spans, .indexer_topk = w_indexer_topk,
