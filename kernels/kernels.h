@@ -56,6 +56,13 @@ typedef struct {
     const kw_t *wtab;
     const int32_t *offsets, *x_rows, *active, *tiles, *counts;
     int64_t max_active, max_tiles, positions;
+    /* Grouped without a dispatch (k_matmul_tcs; max_active = positions): position p = r * slots
+     * + s is slot s of row r and belongs to group slot_idx[r * ld_slot + s], none outside
+     * 0 .. n_groups-1 (its block does nothing); x row r when slot_x_row (the up projections),
+     * else p (offsets, x_rows, active, tiles, counts unused). */
+    const int32_t *slot_idx;
+    int64_t ld_slot, n_groups;
+    int slots, slot_x_row;
     int splits;
     int64_t split_k; /* reduction elements per split (multiple of 256) */
     float *partial;
@@ -322,11 +329,12 @@ cudaError_t k_moe_dispatch(const int32_t *idx, int64_t ldi, const float *wt, int
  * weight(p) = wpos[p], or 1 when wpos is NULL. g, u, h: P x I (h may be g). */
 cudaError_t k_moe_act(float *h, const float *g, const float *u, const float *wpos, int64_t P, int64_t I, float limit,
                       cudaStream_t s);
-/* out[r] = sum of y[pos_of[r][s]] over slots in ascending expert order, then + shared[r]; with
- * X (hc 4 only) then X <- hc_expand(X, out, coef) with k_hc_expand's bits. */
-cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx, int64_t ldi,
+/* out[r] = sum of y[pos_of[r][s]] over slots in ascending expert order, then + shared[r]
+ * (pos_of NULL: slot s of row r is position r * k + s, none when idx is outside 0 .. E-1); with
+ * X (the model's 4 streams) then X <- hc_expand(X, out, coef) with k_hc_expand's bits. */
+cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx, int64_t ldi, int E,
                           const float *add, int64_t lda, int64_t m, int k, int64_t D, float *X, int64_t ldx, const float *coef,
-                          int64_t ldc, int hc, cudaStream_t s);
+                          int64_t ldc, cudaStream_t s);
 
 /* ---- next-token choice (sample.cu) ------------------------------------------------------------
  * Row i of the launch picks from logits row rows[i].row: greedy, or temperature sampling with

@@ -5,9 +5,9 @@
 // positions costs ceil(np * pieces / 8) instructions per 16 x 16 weights; a position's pieces
 // are added after the reduction. A block of 16 warps takes 128 output rows of one expert: two
 // warps per 16 rows, one for the even and one for the odd steps of the reduction, added in that
-// order at the end (experts whose blocks fill less than one wave: 14 to 8 warps, 112 to 64
-// rows, so that more SMs stream; dense at one position 8 warps, 64 rows; a row's sum does not
-// depend on its block). A warp streams its rows 16 bytes per row and lane a step. At one
+// order at the end (at one position 8 warps, 64 rows, two blocks an SM; experts at a few
+// positions whose blocks fill less than one wave: 14 to 8 warps, 112 to 64 rows, so that more
+// SMs stream; a row's sum does not depend on its block). A warp streams its rows 16 bytes per row and lane a step. At one
 // position the kernel was bound by instruction issue (ncu, decode step: ~200 instructions per
 // 1 KB a warp consumed, 56% of issue slots, DRAM 37%; now ~100 and 38%, and a third fewer
 // no longer pays: docs/CUDA_NOTES.md run 67, its block's serial latency binds), so a step costs
@@ -376,10 +376,18 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
 #pragma unroll
     for (int mi = 0; mi < NM; mi++) wd[mi] = mi ? a.w_pair.data : a.w.data, ws[mi] = mi ? a.w_pair.scale : a.w.scale;
     if (a.wtab) { /* active has max_active entries (those past the count unset: read, not used) */
-        pdl_wait(); /* the expert lists come from the kernel before */
-        int n_active = a.counts[0], grp = a.active[blockIdx.z];
-        if ((int)blockIdx.z >= n_active) return;
-        pb = a.offsets[grp], pe = a.offsets[grp + 1];
+        pdl_wait(); /* the expert lists (or the slots' experts) come from the kernel before */
+        int grp;
+        if (a.slot_idx) {
+            int64_t p = blockIdx.z, r = p / a.slots;
+            grp = a.slot_idx[r * a.ld_slot + p - r * a.slots];
+            if (grp < 0 || grp >= a.n_groups) return;
+            pb = p, pe = p + 1;
+        } else {
+            grp = a.active[blockIdx.z];
+            if ((int)blockIdx.z >= a.counts[0]) return;
+            pb = a.offsets[grp], pe = a.offsets[grp + 1];
+        }
 #pragma unroll
         for (int mi = 0; mi < NM; mi++) {
             const kw_t *e = &(mi ? a.wtab2 : a.wtab)[grp];
@@ -400,8 +408,9 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         pdl_begin(); /* dense: the ring's first fetches (weights only) went before it; later passes: no-ops */
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
-            int64_t p = p0 + threadIdx.x; /* x row: gathered (up projections) or the position itself (down) */
-            xoff[threadIdx.x] = threadIdx.x < np ? (a.x_rows ? a.x_rows[p] : p) * a.ldx + xg : 0;
+            int64_t p = p0 + threadIdx.x; /* x row: gathered or the slot's row (up projections), or the position itself (down) */
+            int64_t xr = threadIdx.x >= np ? 0 : a.x_rows ? a.x_rows[p] : a.slot_x_row ? p / a.slots : p;
+            xoff[threadIdx.x] = threadIdx.x < np ? xr * a.ldx + xg : 0;
         }
 #pragma unroll
         for (int q = 0; q < TERMS; q++) {
@@ -468,13 +477,14 @@ static int ts_chunk(int64_t k, int terms, int npass) {
     return (int)(need < most ? need : most > TS_KQ ? most : TS_KQ);
 }
 
-// Groups of 16 rows a block takes: 8; dense at one position 4 (two blocks an SM, so that one
-// block's staging and epilogue overlap the other's stream: -0.035 ms a batch-1 step, device run
-// 58; slower at 8 positions); for experts whose blocks fill less than one wave (a block per SM)
-// the fewest down to 4 that still fit one (one position, w1 + w3 of 2304 rows for 6 experts:
-// 126 blocks of 112 rows instead of 108 of 128).
+// Groups of 16 rows a block takes: at one position 4, two blocks an SM, so that one block's
+// staging and epilogue overlap the other's stream (dense: -0.035 ms a batch-1 step, device run 58;
+// the experts' w1 + w3 and w2: -0.02 ms, run 89 of docs/CUDA_NOTES.md); dense at more positions 8
+// (4 is slower at 8); experts at a few positions whose blocks fill less than one wave (a block
+// per SM) the fewest down to 4 that still fit one.
 static int ts_groups(const mm_args_t *a) {
-    if (!a->wtab) return a->m == 1 ? 4 : 8;
+    if (a->m == 1) return 4;
+    if (!a->wtab) return 8;
     int ng = 8;
     while (ng > 4 && ceil_div(a->n, 16 * (ng - 1)) * a->max_active <= a->sms) ng--;
     return ng;
@@ -530,7 +540,7 @@ static bool ts_same_layout(const kw_t *a, const kw_t *b) {
 
 extern "C" cudaError_t k_matmul_tcs(const mm_args_t *a, cudaStream_t s) {
     bool pair = a->wtab ? a->wtab2 != NULL : a->w_pair.data != NULL;
-    bool layout = a->wtab ? a->splits <= 1 && !a->x_group_n
+    bool layout = a->wtab ? a->splits <= 1 && !a->x_group_n && (!a->slot_idx || (a->slots > 0 && a->max_active == a->positions))
                           : (a->splits <= 1 || (a->split_k % 256 == 0 && a->partial && a->counters)) &&
                                 a->x_group_n % TS_ROWS == 0 && a->row0 + a->n <= a->w.rows &&
                                 (!pair || ts_same_layout(&a->w, &a->w_pair));

@@ -12,20 +12,20 @@
 
 template <int V>
 __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int64_t ldo, const float *y, const int32_t *pos_of,
-                                                                 const int32_t *idx, int64_t ldi, const float *add, int64_t lda,
+                                                                 const int32_t *idx, int64_t ldi, int E, const float *add, int64_t lda,
                                                                  int k, int64_t D, float *X, int64_t ldx, const float *coef,
                                                                  int64_t ldc) {
     pdl_begin();
     extern __shared__ int order[]; // the row's valid positions in ascending (expert, slot), then their count
     int64_t r = blockIdx.y, d = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V;
-    const int32_t *ix = idx + r * ldi, *po = pos_of + r * k;
+    const int32_t *ix = idx + r * ldi, *po = pos_of ? pos_of + r * k : NULL;
     float sh[V];
     if (add && d < D) load_v<V>(add + r * lda + d, sh);
     if (k == 0 && threadIdx.x == 0) order[0] = 0;
     for (int s = threadIdx.x; s < k; s += blockDim.x) {
-        int p = po[s], e = ix[s], rank = 0, valid = 0;
+        int e = ix[s], p = po ? po[s] : e >= 0 && e < E ? (int)(r * k) + s : -1, rank = 0, valid = 0;
         for (int t = 0; t < k; t++) {
-            int q = po[t], f = ix[t];
+            int f = ix[t], q = po ? po[t] : f >= 0 && f < E ? 0 : -1;
             valid += q >= 0;
             rank += q >= 0 && (f < e || (f == e && t < s));
         }
@@ -58,18 +58,17 @@ __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int
 }
 
 extern "C" cudaError_t k_moe_combine(float *out, int64_t ldo, const float *y, const int32_t *pos_of, const int32_t *idx,
-                                     int64_t ldi, const float *add, int64_t lda, int64_t m, int k, int64_t D, float *X,
-                                     int64_t ldx, const float *coef, int64_t ldc, int hc, cudaStream_t s) {
+                                     int64_t ldi, int E, const float *add, int64_t lda, int64_t m, int k, int64_t D, float *X,
+                                     int64_t ldx, const float *coef, int64_t ldc, cudaStream_t s) {
     if (m <= 0 || D <= 0) return cudaSuccess;
-    if (X && hc != 4) return cudaErrorInvalidValue;
     bool vec = D % 4 == 0 && ldo % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)y % 16 == 0 &&
                (uintptr_t)add % 16 == 0 && lda % 4 == 0 && (!X || ((uintptr_t)X % 16 == 0 && ldx % 4 == 0));
     int V = vec ? 4 : 1;
     dim3 grid((unsigned)ceil_div(D, (int64_t)V * MC_THREADS), (unsigned)m);
     size_t smem = (size_t)(k + 1) * 4;
     if (vec)
-        return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D, X, ldx,
+        return k_launch(moe_combine_kernel<4>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, E, add, lda, k, D, X, ldx,
                         coef, ldc);
-    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, add, lda, k, D, X, ldx,
+    return k_launch(moe_combine_kernel<1>, grid, MC_THREADS, smem, s, out, ldo, y, pos_of, idx, ldi, E, add, lda, k, D, X, ldx,
                     coef, ldc);
 }

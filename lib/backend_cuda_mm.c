@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define TC_MIN_POSITIONS 33
+#define MOE_DIRECT_SLOTS 8 /* routed slots (rows x k) up to which the experts skip the dispatch: one decode row (at 8 rows slower, run 88) */
 
 static const char *mm_name(int kind, bool tc, bool tcs) {
     static const char *simt[] = {"matmul f32", "matmul bf16", "matmul fp8 (cuda cores)", "matmul fp4 (cuda cores)"};
@@ -244,38 +245,50 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     float *wpos = cu_scratch(c, (size_t)P * 4), *g = cu_scratch(c, (size_t)(P * I) * 4);
     float *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
 
-    cu_prof_begin(c, "moe dispatch");
-    CU(k_moe_dispatch(idx.ptr, idx.ld, wt.ptr, wt.ld, m, (int)k, (int)E, offsets, pos_of, x_rows, wpos, active, tl, counts,
-                      c->stream));
-    cu_prof_end(c);
-
     mm_args_t a = {.m = m, .n = I, .k = D, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = tab->host[0],
                    .wtab = tab->dev, .offsets = offsets, .x_rows = x_rows, .active = active, .tiles = tl, .counts = counts,
                    .max_active = groups, .max_tiles = tiles, .positions = P};
+    mm_args_t down = {.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
+                      .offsets = offsets, .active = active, .tiles = tl, .counts = counts, .max_active = groups,
+                      .max_tiles = tiles, .positions = P};
+    /* Few slots, each its own block on the tensor cores: the blocks read the router's idx and wt
+     * themselves and the dispatch kernel is skipped (one dependent launch fewer a decode layer;
+     * a slot's numbers are those of its one-position group either way). */
+    bool direct = P <= MOE_DIRECT_SLOTS && (m == 1 || wt.ld == k) && use_tcs(c, &a) && use_tcs(c, &down);
+    if (direct) {
+        mm_args_t *both[2] = {&a, &down};
+        for (int i = 0; i < 2; i++)
+            both[i]->slot_idx = idx.ptr, both[i]->ld_slot = idx.ld, both[i]->n_groups = E, both[i]->slots = (int)k,
+            both[i]->max_active = P, both[i]->offsets = both[i]->x_rows = NULL, both[i]->active = both[i]->tiles = NULL,
+            both[i]->counts = NULL;
+        a.slot_x_row = 1;
+    } else {
+        cu_prof_begin(c, "moe dispatch");
+        CU(k_moe_dispatch(idx.ptr, idx.ld, wt.ptr, wt.ld, m, (int)k, (int)E, offsets, pos_of, x_rows, wpos, active, tl, counts,
+                          c->stream));
+        cu_prof_end(c);
+    }
     cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : use_tcs(c, &a) ? "moe experts (tensor cores, 8 a pass)"
                                                                                   : "moe experts (cuda cores)");
     void *xs = NULL; /* w1 and w3 read one conversion of x on the tensor cores */
     if (use_tc(c, &a)) a.act_terms = act_terms(c), xs = a.tc_x = cu_scratch(c, k_matmul_tc_x_bytes(&a)), a.tc_x_fresh = 1;
     bool fused = use_tcs(c, &a); /* few positions per expert: w1, w3 and the activation in one launch */
-    if (fused) a.wtab2 = tab->dev + 2 * E, a.wpos = wpos, a.limit = limit;
+    if (fused) a.wtab2 = tab->dev + 2 * E, a.wpos = direct ? wt.ptr : wpos, a.limit = limit;
     mm_run(c, &a, false); /* w1 */
     a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u, a.tc_x_fresh = 0;
     if (!fused) mm_run(c, &a, false); /* w3 */
     if (xs) cu_release_scratch(c, xs);
     if (!fused) CU(k_moe_act(g, g, u, wpos, P, I, limit, c->stream));
-    a = (mm_args_t){.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
-                    .offsets = offsets, .active = active, .tiles = tl, .counts = counts, .max_active = groups,
-                    .max_tiles = tiles, .positions = P};
-    mm_run(c, &a, false); /* w2 */
+    mm_run(c, &down, false); /* w2 */
     cu_prof_end(c);
 
     if (add) cu_join_branch(c); /* add may be the shared expert's, made on a branch */
     bool fuse = expand && expand->hc == 4; /* the combine's launch goes on to the expand (the model's 4 streams) */
     if (fuse) cu_expand_check(c, expand->X, out, expand->coef, expand->hc);
     cu_prof_begin(c, fuse ? "moe combine + hc_expand" : "moe combine");
-    CU(k_moe_combine(out.ptr, out.ld, y, pos_of, idx.ptr, idx.ld, add ? add->ptr : NULL, add ? add->ld : 0, m, (int)k, D,
-                     fuse ? expand->X.ptr : NULL, fuse ? expand->X.ld : 0, fuse ? expand->coef.ptr : NULL,
-                     fuse ? expand->coef.ld : 0, fuse ? 4 : 0, c->stream));
+    CU(k_moe_combine(out.ptr, out.ld, y, direct ? NULL : pos_of, idx.ptr, idx.ld, (int)E, add ? add->ptr : NULL,
+                     add ? add->ld : 0, m, (int)k, D, fuse ? expand->X.ptr : NULL, fuse ? expand->X.ld : 0,
+                     fuse ? expand->coef.ptr : NULL, fuse ? expand->coef.ld : 0, c->stream));
     cu_prof_end(c);
     if (expand && !fuse) cu_hc_expand(bk, expand->X, out, expand->coef, expand->hc);
     cu_release_scratch(c, ints);

@@ -1156,6 +1156,8 @@ static void test_moe(void) {
     backend_cuda_precision(gpu, CUDA_BF16X3);
     moe_case(5, 37, 19, 4, 2, WQ_FP4, true, false);   /* odd shapes: the plain kernel */
     moe_case(5, 64, 96, 9, 3, WQ_FP4, true, false);   /* tensor cores 8 positions a pass, about one per expert */
+    moe_case(1, 64, 96, 9, 3, WQ_FP4, true, false);   /* one row: a block per slot, no dispatch */
+    moe_case(1, 64, 96, 9, 6, WQ_FP8, false, false);
     moe_case(70, 64, 96, 9, 3, WQ_FP4, true, false);  /* the same, several passes per expert */
     moe_case(40, 64, 96, 9, 3, WQ_FP8, false, false); /* the same, FP8 experts */
     moe_case(24, 2112, 64, 4, 2, WQ_FP4, false, false); /* a long reduction (test_moe_tcs stages one in two chunks) */
