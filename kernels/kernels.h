@@ -88,10 +88,24 @@ typedef struct {
     float *ex_X;
     const float *ex_coef;
     int64_t ex_ldx, ex_ldc;
+    /* k_matmul_simt at one position (k_matmul_rows_ok), with route.idx: then the launch's last
+     * block routes the position from its n outputs (the gate's logits) as k_router does, the same
+     * bits (counters as for a split). */
+    struct {
+        int32_t *idx;
+        float *wt;
+        int64_t ldi, ldw;
+        const float *bias;
+        int k, normalize;
+        float temp, scale;
+    } route;
 } mm_args_t;
 
 /* True when the fast kernels can read this weight (else k_matmul_simt uses a plain one). */
 int k_matmul_fast_ok(const kw_t *w);
+/* True when k_matmul_simt takes a with its one-position kernel (a block per few output rows, the
+ * split over its warps), the one that can route. */
+int k_matmul_rows_ok(const mm_args_t *a);
 cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores (wgmma bf16, sm_90a); FP8/FP4 weights (FP4 with E8M0 scales) with k a multiple of
  * 32, block_cols 32, or BF16 weights with k a multiple of 8. Blocks of K_TC_ROWS outputs by

@@ -5,7 +5,7 @@
 // thread). Memory-bound by design: every weight byte is read once per MT positions, and a
 // block keeps its staged activations for every output group it takes when the reduction fits
 // the stage. A plain one-thread-per-output kernel covers shapes the fast one cannot read.
-#include "common.cuh"
+#include "router.cuh"
 
 #define MM_WARPS 8
 #define MM_RW 2          // weight rows per warp
@@ -236,11 +236,14 @@ __global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm
 // into registers before the kernel's wait (weights do not depend on the kernel before) and reads
 // the position's activations straight from memory (nothing to share: no staging). The bits are
 // mm_simt_kernel's at any number of positions: a lane adds the same 16-column steps in the same
-// order, the warp sums them alike, and the splits are added as splitk_sum_with adds them.
+// order, the warp sums them alike, and the splits are added as splitk_sum_with adds them. ROUTE:
+// the outputs are a router's logits, and the block that finishes last routes them (router.cuh),
+// one dependent launch fewer a decode layer.
 #define MR_SPLITS 16 // most splits (warps of a block)
 
-template <int KIND> __global__ void __launch_bounds__(32 * MR_SPLITS) mm_rows_kernel(mm_args_t a) {
+template <int KIND, bool ROUTE> __global__ void __launch_bounds__(32 * MR_SPLITS) mm_rows_kernel(mm_args_t a) {
     __shared__ float part[MM_RW][MR_SPLITS];
+    extern __shared__ float route_sm[]; // ROUTE: route_row's
     const int STEPS = tune_of<KIND, 1>::steps;
     const bool quant = KIND == KW_FP8 || KIND == KW_FP4;
     int split = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -302,12 +305,20 @@ template <int KIND> __global__ void __launch_bounds__(32 * MR_SPLITS) mm_rows_ke
         if (lane == 0) part[j][split] = v;
     }
     __syncthreads();
-    if (split >= MM_RW || o0 + split >= a.n) return;
-    int lanes = splitk_lanes(a.splits);
-    float v = 0.0f;
-    for (int sp = lane; sp < a.splits; sp += lanes) v += part[split][sp];
-    for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);
-    if (lane == 0) a.out[o0 + split] = v;
+    if (split < MM_RW && o0 + split < a.n) { /* whole warps */
+        int lanes = splitk_lanes(a.splits);
+        float v = 0.0f;
+        for (int sp = lane; sp < a.splits; sp += lanes) v += part[split][sp];
+        for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);
+        if (lane == 0) a.out[o0 + split] = v;
+    }
+    if constexpr (ROUTE) /* the last block to finish routes the row (its own launch's bits) */
+        if (splitk_last(a.counters, gridDim.x)) {
+            float b[RT_PER];
+            route_bias_first(a.route.bias, (int)a.n, b);
+            route_row(a.route.idx, a.route.wt, a.out, a.route.bias, b, (int)a.n, a.route.k, a.route.temp, a.route.normalize,
+                      a.route.scale, route_sm);
+        }
 }
 
 // One thread per output: any shape and block layout.
@@ -381,7 +392,22 @@ static cudaError_t launch_mt(const mm_args_t *a, int64_t most, int64_t ngroups, 
     return launch<KIND, 8>(a, ngroups, ys, zs, s);
 }
 
+extern "C" int k_matmul_rows_ok(const mm_args_t *a) {
+    return k_matmul_fast_ok(&a->w) && !a->wtab && !a->x_group_n && !a->pos_chunk && !a->x_rows && a->m == 1 && a->splits > 1 &&
+           a->splits <= MR_SPLITS;
+}
+
+template <bool ROUTE> static cudaError_t rows_launch(const mm_args_t *a, dim3 grid, dim3 block, size_t smem, cudaStream_t s) {
+    switch (a->w.kind) {
+    case KW_F32: return k_launch(mm_rows_kernel<KW_F32, ROUTE>, grid, block, smem, s, *a);
+    case KW_BF16: return k_launch(mm_rows_kernel<KW_BF16, ROUTE>, grid, block, smem, s, *a);
+    case KW_FP8: return k_launch(mm_rows_kernel<KW_FP8, ROUTE>, grid, block, smem, s, *a);
+    default: return k_launch(mm_rows_kernel<KW_FP4, ROUTE>, grid, block, smem, s, *a);
+    }
+}
+
 extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
+    if (a->route.idx && (!k_matmul_rows_ok(a) || !a->counters || a->n > 0x7FFFFFFF)) return cudaErrorInvalidValue;
     if (a->n <= 0 || (a->wtab ? a->max_active : a->m) <= 0) return cudaSuccess;
     unsigned groups = a->wtab ? (unsigned)a->max_active : 1;
     if (!k_matmul_fast_ok(&a->w)) {
@@ -390,14 +416,11 @@ extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
         return k_launch(mm_plain_kernel, grid, 128, 0, s, *a);
     }
     if (a->x_group_n % (MM_WARPS * MM_RW)) return cudaErrorInvalidValue; /* an output group within one x block */
-    if (!a->wtab && !a->x_group_n && !a->pos_chunk && !a->x_rows && a->m == 1 && a->splits > 1 && a->splits <= MR_SPLITS) {
+    if (k_matmul_rows_ok(a)) {
         dim3 grid((unsigned)ceil_div(a->n, MM_RW)), block(32 * a->splits);
-        switch (a->w.kind) {
-        case KW_F32: return k_launch(mm_rows_kernel<KW_F32>, grid, block, 0, s, *a);
-        case KW_BF16: return k_launch(mm_rows_kernel<KW_BF16>, grid, block, 0, s, *a);
-        case KW_FP8: return k_launch(mm_rows_kernel<KW_FP8>, grid, block, 0, s, *a);
-        default: return k_launch(mm_rows_kernel<KW_FP4>, grid, block, 0, s, *a);
-        }
+        if (!a->route.idx) return rows_launch<false>(a, grid, block, 0, s);
+        size_t smem = route_smem((int)a->n, a->route.k);
+        return smem > 48 * 1024 ? cudaErrorInvalidValue : rows_launch<true>(a, grid, block, smem, s);
     }
     unsigned ys = a->pos_chunk ? (unsigned)ceil_div(a->m, a->pos_chunk) : (unsigned)a->splits;
     int64_t ngroups = ceil_div(a->n, MM_WARPS * MM_RW);

@@ -5,12 +5,17 @@
 // index and the output comes out ascending (-1 padded), as the CPU heap gives it. That pass
 // gives each thread a contiguous run of entries and one block scan of its (above, equal)
 // counts says where its picks go. The two-level top-k's steps run in the same launch: the
-// block scores of level 1, the candidate-block mask of level 2.
+// block scores of level 1, the candidate-block mask of level 2 (the candidates as a bit set in
+// shared memory: one lookup an entry, not a binary search of the list). A row of up to TK_KEYS
+// entries is read once, into shared memory as its keys, and every pass reads them there (the
+// batch-1 step at context 32,000: 2.07 -> 2.00 ms, device run 92 of docs/CUDA_NOTES.md).
 #include "common.cuh"
 
 #include <cub/block/block_scan.cuh>
 
 #define TK_THREADS 1024
+#define TK_KEYS 32768      // entries of a row kept in shared memory as keys (128 KB)
+#define TK_MASK_WORDS 8192 // candidate-block bits in shared memory (32 KB: 256K blocks)
 
 // Level 1: bs[blk] = max of the row's visible scores in blk, the newest block pinned (+inf).
 __device__ void block_scores_row(float *bs, int64_t nb, const float *scores, int64_t nvis, int block_size) {
@@ -21,25 +26,33 @@ __device__ void block_scores_row(float *bs, int64_t nb, const float *scores, int
     }
 }
 
-// Level 2: entries outside the candidate blocks (ascending ids, -1 padded) stop competing.
-__device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nblocks, int block_size) {
+// Level 2: entries outside the candidate blocks (the list's ids; -1 padding) stop competing.
+// bits: one per block of the row, (n / block_size) / 32 + 1 words of shared memory.
+__device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nblocks, int block_size, uint32_t *bits) {
+    int64_t nb = (n + block_size - 1) / block_size;
+    for (int64_t w = threadIdx.x; w < (nb + 31) / 32; w += blockDim.x) bits[w] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < nblocks; i += blockDim.x) {
+        int32_t b = list[i];
+        if (b >= 0 && b < nb) atomicOr(&bits[b >> 5], 1u << (b & 31));
+    }
+    __syncthreads();
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        int32_t b = (int32_t)(j / block_size);
-        int64_t lo = 0, hi = nblocks; // first entry >= b, with -1 (padding) counted as +inf
-        while (lo < hi) {
-            int64_t mid = (lo + hi) / 2;
-            int32_t v = list[mid];
-            if (v >= 0 && v < b) lo = mid + 1;
-            else hi = mid;
-        }
-        if (!(lo < nblocks && list[lo] == b)) row[j] = -INFINITY;
+        int64_t b = j / block_size;
+        if (!(bits[b >> 5] >> (b & 31) & 1)) row[j] = -INFINITY;
     }
 }
 
+// An entry's selection key: order_key of a finite (or +inf) score, 0 for -inf and NaN (no finite
+// score has key 0), which never compete.
+__device__ __forceinline__ uint32_t select_key(float v) { return v > -INFINITY ? order_key(v) : 0u; }
+
 __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t ldo, int K, float *sc, int64_t lds,
                                                           ix_args_t a, int block, const int32_t *blocks, int64_t ldb,
-                                                          int64_t nblocks, int block_size) {
+                                                          int64_t nblocks, int block_size, int mask_words, int key_cap) {
     pdl_begin();
+    extern __shared__ uint32_t dyn[]; // [mask_words] the candidate bits, then key_cap keys
+    uint32_t *keys = dyn + mask_words;
     typedef cub::BlockScan<unsigned long long, TK_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
     __shared__ int hist[256];
@@ -56,8 +69,13 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
         n = (n + block - 1) / block;
         block_scores_row(row, n, a.scores + r * a.nk_max, nvis, block);
     } else if (blocks) {
-        mask_row(row, n, blocks + rd.row * ldb, nblocks, block_size);
+        mask_row(row, n, blocks + rd.row * ldb, nblocks, block_size, dyn);
     }
+    /* each thread reads back the entries it wrote (the same j): no barrier before the keys */
+    bool staged = n <= key_cap;
+    if (staged)
+        for (int64_t j = tid; j < n; j += TK_THREADS) keys[j] = select_key(row[j]);
+    auto key_at = [&](int64_t j) { return staged ? keys[j] : select_key(row[j]); };
     if (tid < 256) hist[tid] = 0;
     if (tid == 0) sh_count = 0, sh_prefix = 0, sh_mask = 0, sh_remaining = K, sh_done = 0;
     __syncthreads();
@@ -69,10 +87,9 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
         uint32_t prefix = sh_prefix, mask = sh_mask;
         for (int64_t j0 = 0; j0 < n; j0 += TK_THREADS) {
             int64_t j = j0 + tid;
-            float v = j < n ? row[j] : -INFINITY;
-            uint32_t k = order_key(v);
-            bool ok = v > -INFINITY && (k & mask) == prefix;
-            if (shift == 24) local += v > -INFINITY;
+            uint32_t k = j < n ? key_at(j) : 0u;
+            bool ok = k && (k & mask) == prefix;
+            if (shift == 24) local += k != 0;
             int bin = ok ? (int)((k >> shift) & 255) : -1;
             unsigned same = __match_any_sync(0xffffffffu, bin);
             if (ok && lane == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
@@ -114,18 +131,18 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
     int64_t per = (n + TK_THREADS - 1) / TK_THREADS, j1 = min(n, (tid + 1) * per);
     unsigned gt = 0, eq = 0;
     for (int64_t j = tid * per; j < j1; j++) {
-        float v = row[j];
-        uint32_t k = order_key(v) & M;
-        bool ok = v > -INFINITY;
+        uint32_t k = key_at(j);
+        bool ok = k != 0;
+        k &= M;
         gt += ok && (all || k > T), eq += ok && !all && k == T;
     }
     unsigned long long before;
     scan_t(tmp).ExclusiveSum((unsigned long long)gt << 32 | eq, before);
     unsigned g = (unsigned)(before >> 32), e = (unsigned)before;
     for (int64_t j = tid * per; j < j1; j++) {
-        float v = row[j];
-        uint32_t k = order_key(v) & M;
-        if (!(v > -INFINITY)) continue;
+        uint32_t k = key_at(j);
+        if (!k) continue;
+        k &= M;
         if (all || k > T) o[g++ + min(e, (unsigned)need_eq)] = (int32_t)j;
         else if (k == T && e++ < (unsigned)need_eq) o[g + e - 1] = (int32_t)j;
     }
@@ -136,6 +153,17 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
 extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64_t lds, const ix_args_t *a, int block,
                               const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size, cudaStream_t s) {
     if (a->m <= 0 || k <= 0) return cudaSuccess;
-    return k_launch(topk_kernel, (unsigned)a->m, TK_THREADS, 0, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks,
-                    block_size);
+    int64_t n_max = block > 0 ? (a->nk_max + block - 1) / block : a->nk_max; /* a row's entries at most */
+    int64_t mask_words = blocks ? (a->nk_max / block_size) / 32 + 1 : 0;
+    if (mask_words > TK_MASK_WORDS) return cudaErrorInvalidValue;
+    int key_cap = (int)(n_max < TK_KEYS ? n_max : TK_KEYS);
+    size_t smem = (size_t)(mask_words + key_cap) * 4;
+    static bool raised;
+    if (!raised) {
+        cudaError_t e = cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
+        if (e != cudaSuccess) return e;
+        raised = true;
+    }
+    return k_launch(topk_kernel, (unsigned)a->m, TK_THREADS, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks,
+                    block_size, (int)mask_words, key_cap);
 }

@@ -199,6 +199,10 @@ struct backend {
      * wt = s[idx] (divided by their sum + 1e-20 when normalize) * scale. */
     void (*router)(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                    bool normalize, float scale);
+    /* The gate, then the router: matmul(logits, x, gate, 0); router(idx, wt, logits, ...) (a
+     * backend may route inside the gate's launch). */
+    void (*gate_router)(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t x, const bk_weight_t *gate,
+                        bk_tensor_t bias, float temp, bool normalize, float scale);
     /* out = expert(x) = w2 . (silu(min(w1.x, limit)) * clamp(w3.x, -limit, limit)) (no clamp
      * when limit <= 0): one expert over every row (the shared expert). */
     void (*mlp)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *expert, float limit);

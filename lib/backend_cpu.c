@@ -285,6 +285,12 @@ static void cpu_matmul_expand(backend_t *bk, bk_tensor_t out, bk_tensor_t x, con
     cpu_hc_expand(bk, expand->X, out, expand->coef, expand->hc);
 }
 
+static void cpu_gate_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t x,
+                            const bk_weight_t *gate, bk_tensor_t bias, float temp, bool normalize, float scale) {
+    bk->matmul(bk, logits, x, gate, 0);
+    cpu_router(bk, idx, wt, logits, bias, temp, normalize, scale);
+}
+
 /* The ops themselves, one after another: the numbers of the unfused forward. */
 static void cpu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
                        bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters) {
@@ -415,7 +421,7 @@ backend_t *backend_cpu_create(int threads) {
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,
         .group_pool = cpu_group_pool, .attention = cpu_attention, .attention_spans = cpu_attention_spans,
         .indexer_topk = cpu_indexer_topk, .indexer_spans = cpu_indexer_spans,
-        .router = cpu_router, .mlp = cpu_mlp, .moe = cpu_moe, .pick = cpu_pick,
+        .router = cpu_router, .gate_router = cpu_gate_router, .mlp = cpu_mlp, .moe = cpu_moe, .pick = cpu_pick,
         .branch_begin = cpu_in_order, .branch_end = cpu_in_order, .branch_join = cpu_in_order,
     };
     return bk;

@@ -577,7 +577,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         .gather = cu_gather, .engram_gate = cu_engram_gate,
         .group_pool = cu_group_pool, .attention = cu_attention, .attention_spans = cu_attention_spans,
         .indexer_topk = cu_indexer_topk, .indexer_spans = cu_indexer_spans,
-        .router = cu_router, .mlp = cu_mlp, .moe = cu_moe, .pick = cu_pick,
+        .router = cu_router, .gate_router = cu_gate_router, .mlp = cu_mlp, .moe = cu_moe, .pick = cu_pick,
         .branch_begin = cu_branch_begin, .branch_end = cu_branch_end, .branch_join = cu_branch_join,
     };
     return bk;

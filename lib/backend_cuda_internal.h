@@ -151,6 +151,8 @@ void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters);
 void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
+void cu_gate_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t x, const bk_weight_t *gate,
+                    bk_tensor_t bias, float temp, bool normalize, float scale);
 void cu_matmul_expand(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, const bk_expand_t *expand);
 void cu_expand_check(cuda_t *c, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
 void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);

@@ -78,6 +78,7 @@ static int act_terms(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 3 :
  * a->tc_x. */
 static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
     bool grouped = a->wtab != NULL, tc = use_tc(c, a), tcs = use_tcs(c, a);
+    int32_t *route_idx = a->route.idx;
     a->act_terms = act_terms(c);
     bool fast = tc || k_matmul_fast_ok(&a->w);
     a->splits = 1, a->split_k = a->k, a->partial = NULL, a->pos_chunk = 0;
@@ -98,9 +99,19 @@ static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
     }
     void *own_x = tc && !a->tc_x ? cu_scratch(c, k_matmul_tc_x_bytes(a)) : NULL;
     if (own_x) a->tc_x = own_x, a->tc_x_fresh = 1;
-    if (profile) cu_prof_begin(c, mm_name(a->w.kind, tc, tcs));
+    bool routed = route_idx && !tc && !tcs && k_matmul_rows_ok(a); /* the router rides in the launch */
+    if (routed) a->counters = c->counters;
+    else a->route.idx = NULL;
+    if (profile) cu_prof_begin(c, routed ? "matmul + router" : mm_name(a->w.kind, tc, tcs));
     CU(tc ? k_matmul_tc(a, c->stream) : tcs ? k_matmul_tcs(a, c->stream) : k_matmul_simt(a, c->stream));
     if (profile) cu_prof_end(c);
+    a->route.idx = route_idx;
+    if (route_idx && !routed) {
+        if (profile) cu_prof_begin(c, "router");
+        CU(k_router(route_idx, a->route.ldi, a->route.wt, a->route.ldw, a->out, a->ldo, a->route.bias, a->m, (int)a->n,
+                    a->route.k, a->route.temp, a->route.normalize, a->route.scale, c->stream));
+        if (profile) cu_prof_end(c);
+    }
     if (a->partial) cu_release_scratch(c, a->partial);
     if (own_x) cu_release_scratch(c, own_x), a->tc_x = NULL;
 }
@@ -120,6 +131,20 @@ void cu_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t 
         die("CUDA backend: matmul of weight rows %lld..%lld past a weight of %lld", (long long)row0,
             (long long)(row0 + out.cols), (long long)w->w.rows);
     dense(cu_of(bk), out.ptr, out.ld, x.ptr, x.ld, x.rows, w, row0, out.cols, true);
+}
+
+/* At one position the gate's launch routes too (its last block); else the router's own launch. */
+void cu_gate_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t x, const bk_weight_t *gate,
+                    bk_tensor_t bias, float temp, bool normalize, float scale) {
+    if (x.cols != gate->w.cols || logits.cols != gate->w.rows || logits.rows != x.rows || idx.rows != x.rows ||
+        wt.rows != x.rows || wt.cols != idx.cols || bias.cols != logits.cols)
+        die("CUDA backend: gate_router of %lld x %lld against a %lld x %lld gate into %lld x %lld slots", (long long)x.rows,
+            (long long)x.cols, (long long)gate->w.rows, (long long)gate->w.cols, (long long)idx.rows, (long long)idx.cols);
+    mm_args_t a = {.m = x.rows, .n = logits.cols, .k = x.cols, .x = x.ptr, .ldx = x.ld, .out = logits.ptr, .ldo = logits.ld,
+                   .w = gate->w, .positions = x.rows};
+    a.route.idx = idx.ptr, a.route.wt = wt.ptr, a.route.ldi = idx.ld, a.route.ldw = wt.ld, a.route.bias = bias.ptr;
+    a.route.k = (int)idx.cols, a.route.normalize = normalize, a.route.temp = temp, a.route.scale = scale;
+    if (x.rows > 0) mm_run(cu_of(bk), &a, true);
 }
 
 /* At few positions on the tensor cores (decode) the expand rides in the matmul's epilogue (the

@@ -141,8 +141,8 @@ static void block(fwd_t *f, int L, int64_t k0) {
     bk->branch_begin(bk); /* the shared expert alongside the router and the routed experts */
     bk->mlp(bk, ysh, xin, &w->ffn.shared, (float)c->swiglu_limit);
     bk->branch_end(bk);
-    bk->matmul(bk, rlog, xin, w->ffn.gate, 0);
-    bk->router(bk, ridx, rwt, rlog, w->ffn.bias, (float)c->gate_temp, c->norm_topk_prob, (float)c->routed_scaling_factor);
+    bk->gate_router(bk, ridx, rwt, rlog, xin, w->ffn.gate, w->ffn.bias, (float)c->gate_temp, c->norm_topk_prob,
+                    (float)c->routed_scaling_factor);
     bk->moe(bk, y, xin, ridx, rwt, w->ffn.experts, c->n_routed_experts, &ysh, &(bk_expand_t){X, cF, (int)hc},
             (float)c->swiglu_limit);
 }

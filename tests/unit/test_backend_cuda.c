@@ -753,6 +753,7 @@ static void test_indexer(void) {
     indexer_case(32, 128, 3000, 512, 64, 8, 1, 2990, 1);  /* one query row (decode): 16-key tiles */
     indexer_case(32, 128, 600, 512, 64, 8, 1, 590, 1);    /* 8-key tiles */
     indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
+    indexer_case(3, 32, 40000, 512, 64, 64, 1, 39990, 1); /* a row longer than the top-k keeps in shared memory */
     indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
     /* tensor cores (32 rows or more): rows past the last tile, part tiles, several rows a block */
     indexer_case_at(32, 128, 3000, 512, 64, 8, 40, 2950, 1, false); /* V4.1 shapes */
@@ -869,6 +870,44 @@ static void test_router(void) {
         }
         free2(&tu), free2(&tb), free2(&idx), free2(&wt);
         free(u), free(bias);
+    }
+}
+
+/* The gate and the router in one op: at one position (and a split gate) the gate's last block
+ * routes; the same bits as matmul then router on the GPU, and the CPU's choices. */
+static void test_gate_router(void) {
+    int cases[][4] = {{1, 384, 6, 5120} /* the model's */, {1, 9, 3, 96} /* an unsplit gate: the router's launch */,
+                      {3, 384, 6, 512} /* several positions */, {1, 513, 33, 1024} /* two passes of loads, slots past a warp */};
+    for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
+        int m = cases[t][0], E = cases[t][1], k = cases[t][2], D = cases[t][3];
+        weight_t g = make_weight(WQ_BF16, E, D, 0);
+        float *x = t_rand_vec((size_t)(m * D), 1.0f), *bias = t_rand_vec((size_t)E, 0.5f);
+        pair_t tx = putf(x, m, D), tb = putf(bias, 1, E), i1 = out2(BK_I32, m, k), w1 = out2(BK_F32, m, k), l1 = out2(BK_F32, m, E);
+        pair_t i2 = out2(BK_I32, m, k), w2 = out2(BK_F32, m, k), l2 = out2(BK_F32, m, E);
+        for (int norm = 0; norm < 2; norm++) {
+            poison(i1.g), poison(w1.g), poison(l1.g);
+            gpu->gate_router(gpu, i1.g, w1.g, l1.g, tx.g, g.g, tb.g, 1.3f, norm, 1.5f);
+            gpu->matmul(gpu, l2.g, tx.g, g.g, 0);
+            gpu->router(gpu, i2.g, w2.g, l2.g, tb.g, 1.3f, norm, 1.5f);
+            cpu->gate_router(cpu, i1.c, w1.c, l1.c, tx.c, g.c, tb.c, 1.3f, norm, 1.5f);
+            pair_t *fused[] = {&i1, &w1, &l1}, *apart[] = {&i2, &w2, &l2};
+            for (int q = 0; q < 3; q++) {
+                void *a = t_download(gpu, fused[q]->g), *b = t_download(gpu, apart[q]->g);
+                CHECKF(!memcmp(a, b, (size_t)(m * (q == 2 ? E : k)) * 4),
+                       "m %d E %d k %d D %d: gate_router's %s differ from matmul then router", m, E, k, D,
+                       q == 0 ? "experts" : q == 1 ? "weights" : "logits");
+                free(a), free(b);
+            }
+            int32_t *gi = (int32_t *)t_download(gpu, i1.g), *ci = (int32_t *)t_download(cpu, i1.c);
+            CHECKF(!memcmp(gi, ci, (size_t)(m * k) * 4), "m %d E %d: gate_router's experts differ from the CPU's", m, E);
+            free(gi), free(ci);
+            compare(l1, 1e-5, "gate_router logits");
+            compare(w1, 1e-5, "gate_router weights");
+        }
+        pair_t *all[] = {&tx, &tb, &i1, &w1, &l1, &i2, &w2, &l2};
+        for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+        free_weight(&g);
+        free(x), free(bias);
     }
 }
 
@@ -1674,7 +1713,7 @@ int main(int argc, char **argv) {
         {"test_rmsnorm", test_rmsnorm}, {"test_rope", test_rope}, {"test_qat", test_qat}, {"test_hc", test_hc},
         {"test_hc_pre", test_hc_pre},
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
-        {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_batched_forms", test_batched_forms},
+        {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_gate_router", test_gate_router}, {"test_batched_forms", test_batched_forms},
         {"test_tc_spans", test_tc_spans},
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_moe_expand", test_moe_expand}, {"test_matmul_expand", test_matmul_expand},
         {"test_moe_tcs", test_moe_tcs},

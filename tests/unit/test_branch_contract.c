@@ -263,6 +263,12 @@ static void w_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t
     (void)bk, main_line_only("router"), rd(logits, "router"), wr(idx, "router"), wr(wt, "router");
     IN->router(IN, idx, wt, logits, bias, temp, normalize, scale);
 }
+static void w_gate_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t x,
+                          const bk_weight_t *gate, bk_tensor_t bias, float temp, bool normalize, float scale) {
+    (void)bk, main_line_only("gate_router"), rd(x, "gate_router"), wr(logits, "gate_router"), wr(idx, "gate_router");
+    wr(wt, "gate_router");
+    IN->gate_router(IN, idx, wt, logits, x, gate, bias, temp, normalize, scale);
+}
 static void w_mlp(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_expert_t *e, float limit) {
     (void)bk, rd(x, "mlp"), wr(out, "mlp");
     IN->mlp(IN, out, x, e, limit);
@@ -294,7 +300,7 @@ static backend_t *recorder(backend_t *inner) {
         .qat = w_qat, .hc_mix = w_hc_mix, .hc_collapse = w_hc_collapse, .hc_expand = w_hc_expand, .hc_fill = w_hc_fill,
         .hc_pre = w_hc_pre, .gather = w_gather, .engram_gate = w_engram_gate, .group_pool = w_group_pool,
         .attention = w_attention, .attention_spans = w_attention_spans, .indexer_topk = w_indexer_topk,
-        .indexer_spans = w_indexer_spans, .router = w_router, .mlp = w_mlp, .moe = w_moe, .pick = w_pick,
+        .indexer_spans = w_indexer_spans, .router = w_router, .gate_router = w_gate_router, .mlp = w_mlp, .moe = w_moe, .pick = w_pick,
     };
     return bk;
 }
