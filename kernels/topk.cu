@@ -38,7 +38,7 @@ __device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nbl
     }
     __syncthreads();
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        int64_t b = j / block_size;
+        uint32_t b = (uint32_t)j / (uint32_t)block_size; /* 32 bits: a 64-bit division is ~100 instructions (run 97) */
         if (!(bits[b >> 5] >> (b & 31) & 1)) row[j] = -INFINITY;
     }
 }
@@ -47,6 +47,10 @@ __device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nbl
 // score has key 0), which never compete.
 __device__ __forceinline__ uint32_t select_key(float v) { return v > -INFINITY ? order_key(v) : 0u; }
 
+// R > 0: every row has at most R * TK_THREADS entries, and a thread keeps its R keys (entries
+// tid, tid + TK_THREADS, ...) in registers for the byte passes (a shorter dependent path than
+// indexing memory: run 97); 0: any length.
+template <int R>
 __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t ldo, int K, float *sc, int64_t lds,
                                                           ix_args_t a, int block, const int32_t *blocks, int64_t ldb,
                                                           int64_t nblocks, int block_size, int mask_words, int key_cap) {
@@ -72,9 +76,18 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
         mask_row(row, n, blocks + rd.row * ldb, nblocks, block_size, dyn);
     }
     /* each thread reads back the entries it wrote (the same j): no barrier before the keys */
-    bool staged = n <= key_cap;
-    if (staged)
+    bool staged = R > 0 || n <= key_cap;
+    uint32_t kr[R > 0 ? R : 1];
+    if constexpr (R > 0) {
+#pragma unroll
+        for (int u = 0; u < R; u++) {
+            int j = tid + u * TK_THREADS;
+            kr[u] = j < n ? select_key(row[j]) : 0u;
+            if (j < n) keys[j] = kr[u];
+        }
+    } else if (staged) {
         for (int64_t j = tid; j < n; j += TK_THREADS) keys[j] = select_key(row[j]);
+    }
     auto key_at = [&](int64_t j) { return staged ? keys[j] : select_key(row[j]); };
     if (tid < 256) hist[tid] = 0;
     if (tid == 0) sh_count = 0, sh_prefix = 0, sh_mask = 0, sh_remaining = K, sh_done = 0;
@@ -85,14 +98,18 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
     int local = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         uint32_t prefix = sh_prefix, mask = sh_mask;
-        for (int64_t j0 = 0; j0 < n; j0 += TK_THREADS) {
-            int64_t j = j0 + tid;
-            uint32_t k = j < n ? key_at(j) : 0u;
+        auto count = [&](uint32_t k) {
             bool ok = k && (k & mask) == prefix;
             if (shift == 24) local += k != 0;
             int bin = ok ? (int)((k >> shift) & 255) : -1;
             unsigned same = __match_any_sync(0xffffffffu, bin);
             if (ok && lane == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
+        };
+        if constexpr (R > 0) {
+#pragma unroll
+            for (int u = 0; u < R; u++) count(kr[u]);
+        } else {
+            for (int64_t j0 = 0; j0 < n; j0 += TK_THREADS) count(j0 + tid < n ? key_at(j0 + tid) : 0u);
         }
         if (shift == 24 && local) atomicAdd(&sh_count, local);
         __syncthreads();
@@ -158,12 +175,18 @@ extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64
     if (mask_words > TK_MASK_WORDS) return cudaErrorInvalidValue;
     int key_cap = (int)(n_max < TK_KEYS ? n_max : TK_KEYS);
     size_t smem = (size_t)(mask_words + key_cap) * 4;
-    static bool raised;
-    if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
-        if (e != cudaSuccess) return e;
-        raised = true;
-    }
-    return k_launch(topk_kernel, (unsigned)a->m, TK_THREADS, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks,
-                    block_size, (int)mask_words, key_cap);
+    auto launch = [&](auto kernel, bool &raised) {
+        if (!raised) {
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
+            if (e != cudaSuccess) return e;
+            raised = true;
+        }
+        return k_launch(kernel, (unsigned)a->m, TK_THREADS, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks,
+                        block_size, (int)mask_words, key_cap);
+    };
+    static bool raised[4];
+    if (n_max <= TK_THREADS) return launch(topk_kernel<1>, raised[0]);
+    if (n_max <= 2 * TK_THREADS) return launch(topk_kernel<2>, raised[1]);
+    if (n_max <= 4 * TK_THREADS) return launch(topk_kernel<4>, raised[2]);
+    return launch(topk_kernel<0>, raised[3]);
 }
