@@ -72,7 +72,7 @@ typedef struct {
     int64_t win_lo;
 } bk_span_t;
 
-/* The hc_expand an op's output feeds (moe): X <- hc_expand(X, output, coef) over hc streams. */
+/* The hc_expand an op's output feeds (matmul_expand, moe): X <- hc_expand(X, output, coef) over hc streams. */
 typedef struct {
     bk_tensor_t X, coef;
     int hc;
