@@ -35,6 +35,7 @@
 #define GRAMMAR_MAX_NESTING  64         /* regex groups / schema nesting */
 #define GRAMMAR_MAX_NFA      400000     /* NFA states built for one rule */
 #define GRAMMAR_MAX_DFA      40000      /* automaton states of a whole grammar */
+#define GRAMMAR_MAX_WORK     16000000   /* NFA states and edges visited building the automata */
 #define GRAMMAR_MAX_RULES    256        /* recursive schema nodes */
 #define GRAMMAR_MAX_TOKEN    255        /* longer vocabulary tokens are never allowed */
 

@@ -91,6 +91,7 @@ typedef struct {
     uint32_t *stamp;
     uint32_t epoch;
     ids_t stack;
+    uint64_t work;        /* NFA states and edges visited, for the compile's budget */
 } nfa_index_t;
 
 static void index_nfa(nfa_index_t *x, const nfa_t *n)
@@ -107,6 +108,7 @@ static void index_nfa(nfa_index_t *x, const nfa_t *n)
     x->stamp = xcalloc(n->n_states, sizeof *x->stamp);
     x->epoch = 0;
     x->stack = (ids_t){0};
+    x->work = 0;
 }
 
 static void index_free(nfa_index_t *x)
@@ -143,6 +145,7 @@ static void closure(nfa_index_t *x, const uint32_t *seeds, uint32_t n, bool at_s
     while (x->stack.n) {
         uint32_t q = x->stack.v[--x->stack.n];
         ids_push(out, q);
+        x->work += 1 + x->off[q + 1] - x->off[q];
         for (uint32_t e = x->off[q]; e < x->off[q + 1]; e++) {
             const nfa_edge_t *ed = &x->edges[e];
             bool follow = ed->kind == NE_EPS || (ed->kind == NE_BEGIN && at_start) || (ed->kind == NE_END && at_end);
@@ -231,6 +234,7 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
         touched.n = 0;
         for (uint32_t i = 0; i < set_n; i++) {
             uint32_t q = set[i];
+            x.work += 1 + x.off[q + 1] - x.off[q];
             for (uint32_t e = x.off[q]; e < x.off[q + 1]; e++) {
                 const nfa_edge_t *ed = &x.edges[e];
                 if (ed->kind == NE_BYTES) {
@@ -254,6 +258,11 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
         sort_u32(&touched);
         for (uint32_t t = 0; t < touched.n; t++) {
             uint32_t sym = touched.v[t];
+            if (c->subset_work + x.work > GRAMMAR_MAX_WORK) {
+                g_fail(c, "the pattern is too complex to compile (its automaton takes more than %d steps to build)",
+                       GRAMMAR_MAX_WORK);
+                break;
+            }
             closure(&x, bucket[sym].v, bucket[sym].n, false, false, &cl);
             bucket[sym].n = 0;
             key.n = 0;
@@ -294,6 +303,7 @@ static dfa_t *determinize(gctx_t *c, const nfa_t *n)
     free(b.calls_rule.v);
     free(b.calls_to.v);
     vecset_free(&subsets);
+    c->subset_work += x.work;
     index_free(&x);
     if (c->failed) {
         dfa_free(d);

@@ -25,6 +25,7 @@ typedef struct {
     bool failed;
     g_block_t *blocks;     /* arena */
     size_t dfa_states;     /* DFA states of the grammar so far */
+    uint64_t subset_work;  /* NFA states and edges the subset constructions visited so far */
     struct dfa **owned;    /* automata freed with the context */
     uint32_t n_owned, cap_owned;
 } gctx_t;
