@@ -29,15 +29,16 @@
 #define GRAMMAR_VERSION 1
 
 /* Bounds: a constraint beyond them is refused with a message that names the bound. */
-#define GRAMMAR_MAX_TEXT     (1u << 20) /* bytes of schema JSON */
-#define GRAMMAR_MAX_PATTERN  16384      /* bytes of one regex or schema pattern */
-#define GRAMMAR_MAX_REPEAT   1000       /* counted repetition {m,n}, minLength, minItems */
-#define GRAMMAR_MAX_NESTING  64         /* regex groups / schema nesting */
-#define GRAMMAR_MAX_NFA      400000     /* NFA states built for one rule */
-#define GRAMMAR_MAX_DFA      40000      /* automaton states of a whole grammar */
-#define GRAMMAR_MAX_WORK     16000000   /* NFA states and edges visited building the automata */
-#define GRAMMAR_MAX_RULES    256        /* recursive schema nodes */
-#define GRAMMAR_MAX_TOKEN    255        /* longer vocabulary tokens are never allowed */
+#define GRAMMAR_MAX_TEXT      (1u << 20)  /* bytes of schema JSON */
+#define GRAMMAR_MAX_PATTERN   16384       /* bytes of one regex or schema pattern */
+#define GRAMMAR_MAX_REPEAT    1000        /* counted repetition {m,n}, minLength, minItems */
+#define GRAMMAR_MAX_NESTING   64          /* regex groups / schema nesting */
+#define GRAMMAR_MAX_NFA       400000      /* NFA states built for one rule */
+#define GRAMMAR_MAX_DFA       40000       /* automaton states of a whole grammar */
+#define GRAMMAR_MAX_WORK      16000000    /* NFA states and edges visited building the automata */
+#define GRAMMAR_MAX_MASK_WORK 268435456u  /* vocabulary trie nodes visited making the token masks */
+#define GRAMMAR_MAX_RULES     256         /* recursive schema nodes */
+#define GRAMMAR_MAX_TOKEN     255         /* longer vocabulary tokens are never allowed */
 
 /* ---- vocabulary ------------------------------------------------------------------- */
 

@@ -5,6 +5,7 @@
 #include "grammar_internal.h"
 #include "hash64.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,7 +116,12 @@ grammar_t *grammar_compile(const grammar_vocab_t *v, constraint_kind_t kind, con
     g->stats.compile_ns = now_ns() - t0;
     if (with_masks) {
         uint64_t t1 = now_ns();
-        grammar_build_masks(g);
+        if (!grammar_build_masks(g)) {
+            snprintf(err, errlen, "the constraint is too costly to prepare (its token masks take more than %llu steps)",
+                     (unsigned long long)GRAMMAR_MAX_MASK_WORK);
+            grammar_free(g);
+            return NULL;
+        }
         g->stats.masks_ns = now_ns() - t1;
     }
     return g;

@@ -329,8 +329,9 @@ bool grammar_link(gctx_t *c, grammar_t *g, dfa_t **dfas, uint32_t n);
 /* The matcher's whole position (phase, state, the stack's return states) as numbers, for
  * tests that enumerate distinct positions. Returns the count (written up to cap). */
 size_t grammar_matcher_key(const grammar_matcher_t *m, uint32_t *out, size_t cap);
-/* Computes the per-state token sets (grammar_mask.c). */
-void grammar_build_masks(grammar_t *g);
+/* Computes the per-state token sets (grammar_mask.c); false (the sets unusable) when the
+ * walks pass GRAMMAR_MAX_MASK_WORK trie nodes. */
+bool grammar_build_masks(grammar_t *g);
 /* ORs the set into mask; fresh: writes the set, whatever mask held. */
 void tokset_or(const grammar_vocab_t *v, const tokset_t *s, uint32_t *mask, bool fresh);
 

@@ -122,14 +122,15 @@ static void set_tokens(const grammar_vocab_t *v, const trie_t *t, uint32_t node,
 
 /* Rules without calls: a plain table walk. Subtrees holding only plain tokens of at most
  * `skip_chars` characters are skipped: the caller has them already. */
-static void walk_flat(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
-                      uint32_t *bits)
+static uint64_t walk_flat(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
+                          uint32_t *bits)
 {
     uint32_t at[GRAMMAR_MAX_TOKEN + 1];
     at[0] = q;
     const uint32_t *next = g->next;
     uint32_t nc = g->n_classes;
-    for (uint32_t i = 1; i < t->n;) {
+    uint64_t visits = 0;
+    for (uint32_t i = 1; i < t->n; visits++) {
         if (plain_max && plain_max[i] <= skip_chars) {
             i = t->skip[i];
             continue;
@@ -144,17 +145,19 @@ static void walk_flat(const grammar_t *g, const trie_t *t, const uint8_t *plain_
         if (t->tok[i] != G_NONE) set_tokens(g->vocab, t, i, bits);
         i++;
     }
+    return visits;
 }
 
-static void walk_stack(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
-                       uint32_t *bits, gnodes_t *nodes, ids_t *pops, bool *pop_now)
+static uint64_t walk_stack(const grammar_t *g, const trie_t *t, const uint8_t *plain_max, uint32_t skip_chars, uint32_t q,
+                           uint32_t *bits, gnodes_t *nodes, ids_t *pops, bool *pop_now)
 {
     gcfg_t at[GRAMMAR_MAX_TOKEN + 1];
     uint32_t mark[GRAMMAR_MAX_TOKEN + 2];
     at[0] = (gcfg_t){q, G_BASE};
     mark[1] = 0;
     nodes->n = 0;
-    for (uint32_t i = 1; i < t->n;) {
+    uint64_t visits = 0;
+    for (uint32_t i = 1; i < t->n; visits++) {
         if (plain_max && plain_max[i] <= skip_chars) {
             i = t->skip[i];
             continue;
@@ -176,6 +179,7 @@ static void walk_stack(const grammar_t *g, const trie_t *t, const uint8_t *plain
         if (t->tok[i] != G_NONE) set_tokens(g->vocab, t, i, bits);
         i++;
     }
+    return visits;
 }
 
 /* ---- token sets ---------------------------------------------------------------------------- */
@@ -303,6 +307,7 @@ typedef struct {
     uint32_t **bits;       /* per worker */
     gnodes_t *nodes;       /* per worker */
     tokset_t *sets;        /* per state of the chunk */
+    uint64_t *visits;      /* per state of the chunk: trie nodes its walk visited */
     ids_t *pops;
     state_mask_t *masks;
 } chunk_t;
@@ -324,14 +329,14 @@ static void walk_states(void *ctx, int64_t i0, int64_t i1, int worker)
         const uint8_t *skip = fast || k == 0 ? NULL : v->plain_max;
         memcpy(bits, v->plain_le + (size_t)k * v->words, v->words * sizeof *bits);
         ch->pops[i].n = 0;
-        if (ch->flat) walk_flat(g, t, skip, k, s, bits);
-        else walk_stack(g, t, skip, k, s, bits, &ch->nodes[worker], &ch->pops[i], &m->pop_now);
+        ch->visits[i] = ch->flat ? walk_flat(g, t, skip, k, s, bits)
+                                 : walk_stack(g, t, skip, k, s, bits, &ch->nodes[worker], &ch->pops[i], &m->pop_now);
         ch->sets[i] = encode_set(v, bits);
         m->pops_in_rest = fast;
     }
 }
 
-void grammar_build_masks(grammar_t *g)
+bool grammar_build_masks(grammar_t *g)
 {
     const grammar_vocab_t *v = g->vocab;
     uint32_t n = g->n_states;
@@ -344,15 +349,20 @@ void grammar_build_masks(grammar_t *g)
     for (int w = 0; w < workers; w++) ch.bits[w] = xmalloc(v->words * sizeof **ch.bits);
     ch.nodes = xcalloc((size_t)workers, sizeof *ch.nodes);
     ch.sets = xmalloc(CHUNK * sizeof *ch.sets);
+    ch.visits = xmalloc(CHUNK * sizeof *ch.visits);
     ch.pops = xcalloc(CHUNK, sizeof *ch.pops);
     ch.masks = g->masks = xcalloc(n, sizeof *g->masks);
     set_index_t ix = {0};
     uint32_t cap_sets = 0, cap_pops = 0;
-    for (ch.first = 0; ch.first < n; ch.first += CHUNK) {
+    uint64_t visits = 0;
+    bool ok = true;
+    for (ch.first = 0; ch.first < n && ok; ch.first += CHUNK) {
         uint32_t count = n - ch.first < CHUNK ? n - ch.first : CHUNK;
         if (v->pool && count > 1) tp_for(v->pool, count, 1, walk_states, &ch);
         else walk_states(&ch, 0, count, 0);
-        for (uint32_t i = 0; i < count; i++) {
+        for (uint32_t i = 0; i < count; i++) visits += ch.visits[i];
+        ok = visits <= GRAMMAR_MAX_MASK_WORK;
+        for (uint32_t i = 0; i < count && ok; i++) {
             state_mask_t *m = &g->masks[ch.first + i];
             m->set = intern_set(g, &ix, ch.sets[i], &cap_sets);
             m->pop_off = g->n_pops_total;
@@ -368,7 +378,7 @@ void grammar_build_masks(grammar_t *g)
     }
     g->stats.mask_sets = g->n_sets;
     g->stats.mask_bytes += g->n_pops_total * sizeof *g->pops + n * sizeof *g->masks;
-    g->has_masks = true;
+    g->has_masks = ok;
     for (int w = 0; w < workers; w++) {
         free(ch.bits[w]);
         free(ch.nodes[w].v);
@@ -377,8 +387,10 @@ void grammar_build_masks(grammar_t *g)
     free(ch.bits);
     free(ch.nodes);
     free(ch.sets);
+    free(ch.visits);
     free(ch.pops);
     free(depth);
     free(ix.hash);
     free(ix.table);
+    return ok;
 }

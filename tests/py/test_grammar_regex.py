@@ -5,7 +5,10 @@ of tests/data/grammar_regexes.jsonl:
   - the listed strings that must (not) match do (not), for the grammar and for PCRE2 alike;
   - outputs made through the token masks with the real V4 vocabulary (random allowed tokens
     by seed, as the model loop will do it) all finish and are PCRE2 full matches;
-  - with thinking on, the reasoning is free and the answer still matches."""
+  - with thinking on, the reasoning is free and the answer still matches;
+  - a regex whose token masks would take too long to prepare is refused with a reason (the
+    masks walk the vocabulary once per automaton state: 32,768 states of printable ASCII
+    walked for ~18 s before the bound), and one of the same shape on a few letters is not."""
 from grammar_driver import GrammarDriver
 from harness import data_records, run_suite
 
@@ -36,6 +39,13 @@ def test_thinking(s, d):
         s.check(ok, f"{name}: thinking: free reasoning, then a matching answer", g)
 
 
+def test_mask_work_bound(s, d):
+    r = d.gen("regex", "[ -~]*a[ -~]{14}", SEEDS[:1])
+    s.check("too costly" in r.get("error", ""), "every printable character 14 times after an a: refused", r)
+    r = d.gen("regex", "[ab]*a[ab]{14}", SEEDS[:1])
+    s.check("error" not in r and all(r["finished"]), "the same shape on two letters: compiles and generates", r)
+
+
 if __name__ == "__main__":
     with GrammarDriver() as d:
-        run_suite([test_cases, test_thinking], d)
+        run_suite([test_cases, test_thinking, test_mask_work_bound], d)
