@@ -362,6 +362,7 @@ bool grammar_build_masks(grammar_t *g)
         else walk_states(&ch, 0, count, 0);
         for (uint32_t i = 0; i < count; i++) visits += ch.visits[i];
         ok = visits <= GRAMMAR_MAX_MASK_WORK;
+        for (uint32_t i = 0; i < count && !ok; i++) free(ch.sets[i].data); /* refused: the chunk's sets go unused */
         for (uint32_t i = 0; i < count && ok; i++) {
             state_mask_t *m = &g->masks[ch.first + i];
             m->set = intern_set(g, &ix, ch.sets[i], &cap_sets);
