@@ -31,7 +31,7 @@ __device__ void block_scores_row(float *bs, int64_t nb, const float *scores, int
 // Level 2: entries outside the candidate blocks (the list's ids; -1 padding) stop competing.
 // bits: one per block of the row, (n / block_size) / 32 + 1 words of shared memory.
 __device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nblocks, int block_size, uint32_t *bits) {
-    int64_t nb = (n + block_size - 1) / block_size;
+    int64_t nb = (uint32_t)(n + block_size - 1) / (uint32_t)block_size;
     for (int64_t w = threadIdx.x; w < (nb + 31) / 32; w += blockDim.x) bits[w] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < nblocks; i += blockDim.x) {
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
     const ix_row_t rd = ix_row(a, r);
     float *row = sc + r * lds;
     int32_t *o = out + rd.row * ldo;
-    int64_t n = min(rd.nk, (rd.pos + 1) / a.ratio);
+    int64_t n = min(rd.nk, (int64_t)((uint32_t)(rd.pos + 1) / (uint32_t)a.ratio)); /* 32 bits: a 64-bit division is ~100 instructions a warp */
     int tid = threadIdx.x, lane = tid & 31;
     if (block > 0) {
         int64_t nvis = n;
