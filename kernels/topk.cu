@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
     int local = 0;
     for (int shift = 32 - first_bits, bits = first_bits, cur = 0;; cur ^= 1) {
         uint32_t prefix = sh_prefix, mask = sh_mask, dm = (1u << bits) - 1;
+        int rem = sh_remaining; /* read with the prefix: written only after the next barrier */
         bool first = shift == 32 - first_bits;
         int *h = hist[cur], next_bits = shift < 8 ? shift : 8;
         auto count = [&](uint32_t k) {
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
         __syncthreads();
         if (sh_count <= K) break; /* every finite entry is taken */
         /* thread t sums bins top - t * per ... (from the top); the one whose run reaches `rem` picks */
-        int nb = 1 << bits, per = nb > T ? nb / T : 1, top = nb - 1 - tid * per, rem = sh_remaining, sum = 0;
+        int nb = 1 << bits, per = nb > T ? nb / T : 1, top = nb - 1 - tid * per, sum = 0;
         bool owns = top >= 0;
         for (int i = 0; owns && i < per; i++) sum += h[top - i];
         unsigned long long before;
@@ -209,7 +210,7 @@ extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64
     static int threads = -1, first_bits = 8;
     if (threads < 0) {
         const char *e = getenv("DI_TMP_TK_T"), *b = getenv("DI_TMP_TK_BITS");
-        threads = e ? atoi(e) : 1024, first_bits = b ? atoi(b) : 8;
+        threads = e ? atoi(e) : 1024, first_bits = b && atoi(b) == 12 ? 12 : 8; /* TK_BINS holds 12 bits */
     }
 #define TK_ARGS n_max, a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, (int)mask_words, key_cap, first_bits
     if (threads == 256) return topk_pick<256>(TK_ARGS);
