@@ -213,6 +213,7 @@ extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64
         threads = e ? atoi(e) : 1024, first_bits = b && atoi(b) == 12 ? 12 : 8; /* TK_BINS holds 12 bits */
     }
 #define TK_ARGS n_max, a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, (int)mask_words, key_cap, first_bits
+    if (threads == 128) return topk_pick<128>(TK_ARGS);
     if (threads == 256) return topk_pick<256>(TK_ARGS);
     if (threads == 512) return topk_pick<512>(TK_ARGS);
     return topk_pick<1024>(TK_ARGS);
