@@ -409,8 +409,7 @@ __global__ void __launch_bounds__(TS_WARPS * 32, 1) mm_tcs_kernel(mm_args_t a, i
         __syncthreads(); /* the previous pass is done with xoff and xs */
         if (threadIdx.x < TS_NP) {
             int64_t p = p0 + threadIdx.x; /* x row: gathered or the slot's row (up projections), or the position itself (down) */
-            int64_t xr = threadIdx.x >= np ? 0 : a.x_rows ? a.x_rows[p] : a.slot_x_row ? p / a.slots : p;
-            xoff[threadIdx.x] = threadIdx.x < np ? xr * a.ldx + xg : 0;
+            xoff[threadIdx.x] = threadIdx.x >= np ? 0 : (a.x_rows ? a.x_rows[p] : a.slot_x_row ? p / a.slots : p) * a.ldx + xg;
         }
 #pragma unroll
         for (int q = 0; q < TERMS; q++) {

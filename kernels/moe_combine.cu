@@ -22,12 +22,14 @@ __global__ void __launch_bounds__(MC_THREADS) moe_combine_kernel(float *out, int
     float sh[V];
     if (add && d < D) load_v<V>(add + r * lda + d, sh);
     if (k == 0 && threadIdx.x == 0) order[0] = 0;
+    /* slot t's row of y: the dispatch's position, or (one row, no dispatch) the slot itself; -1: no expert */
+    auto pos_at = [&](int t) { return po ? po[t] : ix[t] >= 0 && ix[t] < E ? (int)(r * k) + t : -1; };
     for (int s = threadIdx.x; s < k; s += blockDim.x) {
-        int e = ix[s], p = po ? po[s] : e >= 0 && e < E ? (int)(r * k) + s : -1, rank = 0, valid = 0;
+        int e = ix[s], p = pos_at(s), rank = 0, valid = 0;
         for (int t = 0; t < k; t++) {
-            int f = ix[t], q = po ? po[t] : f >= 0 && f < E ? 0 : -1;
-            valid += q >= 0;
-            rank += q >= 0 && (f < e || (f == e && t < s));
+            bool q = pos_at(t) >= 0;
+            valid += q;
+            rank += q && (ix[t] < e || (ix[t] == e && t < s));
         }
         if (p >= 0) order[rank] = p;
         if (s == 0) order[k] = valid;

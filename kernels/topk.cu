@@ -12,8 +12,10 @@
 #include "common.cuh"
 
 #include <cub/block/block_scan.cuh>
+#include <stdlib.h>
+#include <type_traits>
 
-#define TK_THREADS 1024
+#define TK_BINS 4096     // the first digit's bins at most (12 bits)
 #define TK_KEYS 32768      // entries of a row kept in shared memory as keys (128 KB)
 #define TK_MASK_WORDS 8192 // candidate-block bits in shared memory (32 KB: 256K blocks)
 
@@ -29,7 +31,7 @@ __device__ void block_scores_row(float *bs, int64_t nb, const float *scores, int
 // Level 2: entries outside the candidate blocks (the list's ids; -1 padding) stop competing.
 // bits: one per block of the row, (n / block_size) / 32 + 1 words of shared memory.
 __device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nblocks, int block_size, uint32_t *bits) {
-    int64_t nb = (n + block_size - 1) / block_size;
+    int64_t nb = (uint32_t)(n + block_size - 1) / (uint32_t)block_size;
     for (int64_t w = threadIdx.x; w < (nb + 31) / 32; w += blockDim.x) bits[w] = 0;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < nblocks; i += blockDim.x) {
@@ -47,26 +49,27 @@ __device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nbl
 // score has key 0), which never compete.
 __device__ __forceinline__ uint32_t select_key(float v) { return v > -INFINITY ? order_key(v) : 0u; }
 
-// R > 0: every row has at most R * TK_THREADS entries, and a thread keeps its R keys (entries
-// tid, tid + TK_THREADS, ...) in registers for the byte passes (a shorter dependent path than
-// indexing memory: run 97); 0: any length.
-template <int R>
-__global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t ldo, int K, float *sc, int64_t lds,
-                                                          ix_args_t a, int block, const int32_t *blocks, int64_t ldb,
-                                                          int64_t nblocks, int block_size, int mask_words, int key_cap) {
+// T threads a row. R > 0: every row has at most R * T entries, and a thread keeps its R keys
+// (entries tid, tid + T, ...) in registers for the digit passes (a shorter dependent path than
+// indexing memory: run 97); 0: any length. The first digit is first_bits wide (the bins of
+// every digit found by one block scan; the next digit's bins are cleared while this one counts).
+template <int R, int T>
+__global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int K, float *sc, int64_t lds, ix_args_t a,
+                                                 int block, const int32_t *blocks, int64_t ldb, int64_t nblocks,
+                                                 int block_size, int mask_words, int key_cap, int first_bits) {
     pdl_begin();
     extern __shared__ uint32_t dyn[]; // [mask_words] the candidate bits, then key_cap keys
     uint32_t *keys = dyn + mask_words;
-    typedef cub::BlockScan<unsigned long long, TK_THREADS> scan_t;
+    typedef cub::BlockScan<unsigned long long, T> scan_t;
     __shared__ typename scan_t::TempStorage tmp;
-    __shared__ int hist[256];
+    __shared__ int hist[2][TK_BINS];
     __shared__ uint32_t sh_prefix, sh_mask;
     __shared__ int sh_remaining, sh_count, sh_done;
     int64_t r = blockIdx.x;
     const ix_row_t rd = ix_row(a, r);
     float *row = sc + r * lds;
     int32_t *o = out + rd.row * ldo;
-    int64_t n = min(rd.nk, (rd.pos + 1) / a.ratio);
+    int64_t n = min(rd.nk, (int64_t)((uint32_t)(rd.pos + 1) / (uint32_t)a.ratio)); /* 32 bits: a 64-bit division is ~100 instructions a warp */
     int tid = threadIdx.x, lane = tid & 31;
     if (block > 0) {
         int64_t nvis = n;
@@ -81,90 +84,119 @@ __global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t 
     if constexpr (R > 0) {
 #pragma unroll
         for (int u = 0; u < R; u++) {
-            int j = tid + u * TK_THREADS;
+            int j = tid + u * T;
             kr[u] = j < n ? select_key(row[j]) : 0u;
             if (j < n) keys[j] = kr[u];
         }
     } else if (staged) {
-        for (int64_t j = tid; j < n; j += TK_THREADS) keys[j] = select_key(row[j]);
+        for (int64_t j = tid; j < n; j += T) keys[j] = select_key(row[j]);
     }
     auto key_at = [&](int64_t j) { return staged ? keys[j] : select_key(row[j]); };
-    if (tid < 256) hist[tid] = 0;
+    for (int i = tid; i < 1 << first_bits; i += T) hist[0][i] = 0;
     if (tid == 0) sh_count = 0, sh_prefix = 0, sh_mask = 0, sh_remaining = K, sh_done = 0;
     __syncthreads();
 
-    // The finite entries are counted with the first byte's histogram. Whole warps take each
+    // The finite entries are counted with the first digit's histogram. Whole warps take each
     // step (the same trips for every thread), so equal bins are added once per warp.
     int local = 0;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        uint32_t prefix = sh_prefix, mask = sh_mask;
+    for (int shift = 32 - first_bits, bits = first_bits, cur = 0;; cur ^= 1) {
+        uint32_t prefix = sh_prefix, mask = sh_mask, dm = (1u << bits) - 1;
+        int rem = sh_remaining; /* read with the prefix: written only after the next barrier */
+        bool first = shift == 32 - first_bits;
+        int *h = hist[cur], next_bits = shift < 8 ? shift : 8;
         auto count = [&](uint32_t k) {
             bool ok = k && (k & mask) == prefix;
-            if (shift == 24) local += k != 0;
-            int bin = ok ? (int)((k >> shift) & 255) : -1;
+            if (first) local += k != 0;
+            int bin = ok ? (int)((k >> shift) & dm) : -1;
             unsigned same = __match_any_sync(0xffffffffu, bin);
-            if (ok && lane == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
+            if (ok && lane == __ffs(same) - 1) atomicAdd(&h[bin], __popc(same));
         };
         if constexpr (R > 0) {
 #pragma unroll
             for (int u = 0; u < R; u++) count(kr[u]);
         } else {
-            for (int64_t j0 = 0; j0 < n; j0 += TK_THREADS) count(j0 + tid < n ? key_at(j0 + tid) : 0u);
+            for (int64_t j0 = 0; j0 < n; j0 += T) count(j0 + tid < n ? key_at(j0 + tid) : 0u);
         }
-        if (shift == 24 && local) atomicAdd(&sh_count, local);
+        for (int i = tid; i < 1 << next_bits; i += T) hist[cur ^ 1][i] = 0;
+        if (first && local) atomicAdd(&sh_count, local);
         __syncthreads();
         if (sh_count <= K) break; /* every finite entry is taken */
-        if (tid < 32) { /* lane l holds bins 255 - 8l .. 248 - 8l; the first from the top reaching `rem` */
-            int rem = sh_remaining, h[8], sum = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) h[i] = hist[255 - 8 * lane - i], sum += h[i];
-            int incl = sum;
-            for (int d = 1; d < 32; d <<= 1) {
-                int t = __shfl_up_sync(0xffffffffu, incl, d);
-                if (lane >= d) incl += t;
-            }
-            unsigned reach = __ballot_sync(0xffffffffu, incl >= rem);
-            int L = reach ? __ffs(reach) - 1 : 31;
-            if (lane == L) {
-                int cum = incl - sum, i = 0;
-                for (; i < 7 && 255 - 8 * lane - i > 0 && cum + h[i] < rem; i++) cum += h[i];
-                int b = 255 - 8 * lane - i;
-                sh_remaining = rem - cum;
-                sh_prefix = prefix | (uint32_t)b << shift;
-                sh_mask = mask | 255u << shift;
-                sh_done = h[i] == rem - cum; /* the bin is taken whole: no finer byte needed */
-            }
+        /* thread t sums bins top - t * per ... (from the top); the one whose run reaches `rem` picks */
+        int nb = 1 << bits, per = nb > T ? nb / T : 1, top = nb - 1 - tid * per, sum = 0;
+        bool owns = top >= 0;
+        for (int i = 0; owns && i < per; i++) sum += h[top - i];
+        unsigned long long before;
+        scan_t(tmp).ExclusiveSum((unsigned long long)sum, before);
+        int cum = (int)before;
+        if (owns && cum < rem && cum + sum >= rem) {
+            int b = top;
+            for (; cum + h[b] < rem; b--) cum += h[b];
+            sh_remaining = rem - cum;
+            sh_prefix = prefix | (uint32_t)b << shift;
+            sh_mask = mask | dm << shift;
+            sh_done = h[b] == rem - cum; /* the bin is taken whole: no finer digit needed */
         }
         __syncthreads();
-        if (sh_done) break;
-        if (tid < 256) hist[tid] = 0;
-        __syncthreads();
+        if (sh_done || shift == 0) break;
+        bits = next_bits, shift -= next_bits;
     }
     bool all = sh_count <= K;
-    uint32_t T = sh_prefix, M = sh_mask;
+    uint32_t thr = sh_prefix, M = sh_mask;
     int need_eq = all ? 0 : sh_remaining;
 
-    // Thread t's run [t * per, ...): entries above T (or every finite one) and equal to it.
-    int64_t per = (n + TK_THREADS - 1) / TK_THREADS, j1 = min(n, (tid + 1) * per);
+    // Thread t's run [t * per, ...): entries above thr (or every finite one) and equal to it
+    // (32-bit indices for short rows: fewer registers under the 1,024-thread limit of 64).
+    using index_t = std::conditional_t<(R > 0), int, int64_t>;
+    index_t per = (index_t)((n + T - 1) / T), j1 = (index_t)min(n, (int64_t)(tid + 1) * per);
     unsigned gt = 0, eq = 0;
-    for (int64_t j = tid * per; j < j1; j++) {
+    for (index_t j = tid * per; j < j1; j++) {
         uint32_t k = key_at(j);
         bool ok = k != 0;
         k &= M;
-        gt += ok && (all || k > T), eq += ok && !all && k == T;
+        gt += ok && (all || k > thr), eq += ok && !all && k == thr;
     }
     unsigned long long before;
     scan_t(tmp).ExclusiveSum((unsigned long long)gt << 32 | eq, before);
     unsigned g = (unsigned)(before >> 32), e = (unsigned)before;
-    for (int64_t j = tid * per; j < j1; j++) {
+    for (index_t j = tid * per; j < j1; j++) {
         uint32_t k = key_at(j);
         if (!k) continue;
         k &= M;
-        if (all || k > T) o[g++ + min(e, (unsigned)need_eq)] = (int32_t)j;
-        else if (k == T && e++ < (unsigned)need_eq) o[g + e - 1] = (int32_t)j;
+        if (all || k > thr) o[g++ + min(e, (unsigned)need_eq)] = (int32_t)j;
+        else if (k == thr && e++ < (unsigned)need_eq) o[g + e - 1] = (int32_t)j;
     }
     int taken = all ? sh_count : K;
-    for (int64_t i = taken + tid; i < K; i += TK_THREADS) o[i] = -1;
+    for (int64_t i = taken + tid; i < K; i += T) o[i] = -1;
+}
+
+// The launch of one instantiation (its shared-memory limit raised once).
+template <int R, int T>
+static cudaError_t topk_launch(const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k, float *sc,
+                               int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
+                               int mask_words, int key_cap, int first_bits) {
+    static bool raised;
+    if (!raised) {
+        cudaError_t e = cudaFuncSetAttribute(topk_kernel<R, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
+        if (e != cudaSuccess) return e;
+        raised = true;
+    }
+    return k_launch(topk_kernel<R, T>, (unsigned)a->m, T, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks, block_size,
+                    mask_words, key_cap, first_bits);
+}
+
+// The fewest keys a thread that fit the row in registers (up to 16), T threads; longer rows: any length.
+template <int T>
+static cudaError_t topk_pick(int64_t n_max, const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k,
+                             float *sc, int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
+                             int mask_words, int key_cap, int first_bits) {
+#define TK_ARGS a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, mask_words, key_cap, first_bits
+    if (n_max <= T) return topk_launch<1, T>(TK_ARGS);
+    if (n_max <= 2 * T) return topk_launch<2, T>(TK_ARGS);
+    if (n_max <= 4 * T) return topk_launch<4, T>(TK_ARGS);
+    if (n_max <= 8 * T) return topk_launch<8, T>(TK_ARGS);
+    if (n_max <= 16 * T) return topk_launch<16, T>(TK_ARGS);
+    return topk_launch<0, 1024>(TK_ARGS);
+#undef TK_ARGS
 }
 
 extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64_t lds, const ix_args_t *a, int block,
@@ -175,18 +207,15 @@ extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64
     if (mask_words > TK_MASK_WORDS) return cudaErrorInvalidValue;
     int key_cap = (int)(n_max < TK_KEYS ? n_max : TK_KEYS);
     size_t smem = (size_t)(mask_words + key_cap) * 4;
-    auto launch = [&](auto kernel, bool &raised) {
-        if (!raised) {
-            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
-            if (e != cudaSuccess) return e;
-            raised = true;
-        }
-        return k_launch(kernel, (unsigned)a->m, TK_THREADS, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks,
-                        block_size, (int)mask_words, key_cap);
-    };
-    static bool raised[4];
-    if (n_max <= TK_THREADS) return launch(topk_kernel<1>, raised[0]);
-    if (n_max <= 2 * TK_THREADS) return launch(topk_kernel<2>, raised[1]);
-    if (n_max <= 4 * TK_THREADS) return launch(topk_kernel<4>, raised[2]);
-    return launch(topk_kernel<0>, raised[3]);
+    static int threads = -1, first_bits = 8;
+    if (threads < 0) {
+        const char *e = getenv("DI_TMP_TK_T"), *b = getenv("DI_TMP_TK_BITS");
+        threads = e ? atoi(e) : 1024, first_bits = b && atoi(b) == 12 ? 12 : 8; /* TK_BINS holds 12 bits */
+    }
+#define TK_ARGS n_max, a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, (int)mask_words, key_cap, first_bits
+    if (threads == 128) return topk_pick<128>(TK_ARGS);
+    if (threads == 256) return topk_pick<256>(TK_ARGS);
+    if (threads == 512) return topk_pick<512>(TK_ARGS);
+    return topk_pick<1024>(TK_ARGS);
+#undef TK_ARGS
 }

@@ -174,11 +174,13 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
 void cu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
                      bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size, float q_scale,
                      float w_scale);
-/* Tensor cores for prefill (backend_cuda_tc.c). cu_attention_tc runs the spans it takes and
- * copies the others into rest (returning how many); cu_indexer_tc fills a's scores for every
- * span (false: it takes none, the caller scores them). */
+/* Tensor cores for prefill (backend_cuda_tc.c). cu_attention_tc runs the spans it takes (and
+ * turns their output back from RoPE when unrope is given) and copies the others into rest
+ * (returning how many); cu_indexer_tc fills a's scores for every span (false: it takes none,
+ * the caller scores them). */
 int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                    int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, bk_span_t *rest);
+                    int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope,
+                    bk_span_t *rest);
 bool cu_indexer_tc(cuda_t *c, const ix_args_t *a, bk_tensor_t q, bk_tensor_t w, const bk_span_t *spans, int n_spans);
 void cu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                bool normalize, float scale);

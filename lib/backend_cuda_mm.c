@@ -264,30 +264,28 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     if (m <= 0) return;
     int64_t I = experts[0].w1->w.rows, groups = E < P ? E : P, tiles = cdiv(P, K_TC_POSITIONS) + groups;
     const cu_experts_t *tab = expert_table(c, experts, (int)E);
-    int32_t *ints = cu_scratch(c, (size_t)(E + 1 + 2 * P + E + 2 * tiles + 2) * 4);
-    int32_t *offsets = ints, *pos_of = offsets + E + 1, *x_rows = pos_of + P, *active = x_rows + P, *tl = active + E;
-    int32_t *counts = tl + 2 * tiles;
-    float *wpos = cu_scratch(c, (size_t)P * 4), *g = cu_scratch(c, (size_t)(P * I) * 4);
-    float *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
-
+    float *g = cu_scratch(c, (size_t)(P * I) * 4), *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
     mm_args_t a = {.m = m, .n = I, .k = D, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = tab->host[0],
-                   .wtab = tab->dev, .offsets = offsets, .x_rows = x_rows, .active = active, .tiles = tl, .counts = counts,
-                   .max_active = groups, .max_tiles = tiles, .positions = P};
+                   .wtab = tab->dev, .max_active = groups, .max_tiles = tiles, .positions = P};
     mm_args_t down = {.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
-                      .offsets = offsets, .active = active, .tiles = tl, .counts = counts, .max_active = groups,
-                      .max_tiles = tiles, .positions = P};
+                      .max_active = groups, .max_tiles = tiles, .positions = P};
     /* Few slots, each its own block on the tensor cores: the blocks read the router's idx and wt
      * themselves and the dispatch kernel is skipped (one dependent launch fewer a decode layer;
      * a slot's numbers are those of its one-position group either way). */
     bool direct = P <= MOE_DIRECT_SLOTS && (m == 1 || wt.ld == k) && use_tcs(c, &a) && use_tcs(c, &down);
+    int32_t *ints = NULL, *pos_of = NULL;
+    float *wpos = NULL;
     if (direct) {
-        mm_args_t *both[2] = {&a, &down};
-        for (int i = 0; i < 2; i++)
-            both[i]->slot_idx = idx.ptr, both[i]->ld_slot = idx.ld, both[i]->n_groups = E, both[i]->slots = (int)k,
-            both[i]->max_active = P, both[i]->offsets = both[i]->x_rows = NULL, both[i]->active = both[i]->tiles = NULL,
-            both[i]->counts = NULL;
+        a.slot_idx = down.slot_idx = idx.ptr, a.ld_slot = down.ld_slot = idx.ld;
+        a.n_groups = down.n_groups = E, a.slots = down.slots = (int)k, a.max_active = down.max_active = P;
         a.slot_x_row = 1;
     } else {
+        ints = cu_scratch(c, (size_t)(E + 1 + 2 * P + E + 2 * tiles + 2) * 4);
+        int32_t *offsets = ints, *x_rows = ints + E + 1 + P, *active = x_rows + P, *tl = active + E, *counts = tl + 2 * tiles;
+        pos_of = offsets + E + 1;
+        wpos = cu_scratch(c, (size_t)P * 4);
+        a.offsets = down.offsets = offsets, a.x_rows = x_rows, a.active = down.active = active;
+        a.tiles = down.tiles = tl, a.counts = down.counts = counts;
         cu_prof_begin(c, "moe dispatch");
         CU(k_moe_dispatch(idx.ptr, idx.ld, wt.ptr, wt.ld, m, (int)k, (int)E, offsets, pos_of, x_rows, wpos, active, tl, counts,
                           c->stream));
@@ -311,13 +309,12 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     bool fuse = expand && expand->hc == 4; /* the combine's launch goes on to the expand (the model's 4 streams) */
     if (fuse) cu_expand_check(c, expand->X, out, expand->coef, expand->hc);
     cu_prof_begin(c, fuse ? "moe combine + hc_expand" : "moe combine");
-    CU(k_moe_combine(out.ptr, out.ld, y, direct ? NULL : pos_of, idx.ptr, idx.ld, (int)E, add ? add->ptr : NULL,
+    CU(k_moe_combine(out.ptr, out.ld, y, pos_of, idx.ptr, idx.ld, (int)E, add ? add->ptr : NULL,
                      add ? add->ld : 0, m, (int)k, D, fuse ? expand->X.ptr : NULL, fuse ? expand->X.ld : 0,
                      fuse ? expand->coef.ptr : NULL, fuse ? expand->coef.ld : 0, c->stream));
     cu_prof_end(c);
     if (expand && !fuse) cu_hc_expand(bk, expand->X, out, expand->coef, expand->hc);
-    cu_release_scratch(c, ints);
-    cu_release_scratch(c, wpos);
+    if (ints) cu_release_scratch(c, ints), cu_release_scratch(c, wpos);
     cu_release_scratch(c, g);
     cu_release_scratch(c, u);
     cu_release_scratch(c, y);

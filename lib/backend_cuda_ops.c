@@ -225,16 +225,10 @@ static void attention_simt(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_ten
 /* Long spans (prefill) on the tensor cores, the others on the CUDA cores. */
 void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
                         int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope) {
-    bk_span_t *rest = xmalloc((size_t)(n_spans + 1) * sizeof *rest), *taken = xmalloc((size_t)(n_spans + 1) * sizeof *taken);
-    int n_rest = cu_attention_tc(bk, out, q, sink, scale, kv_new, window, spans, n_spans, sel, rest), n_taken = 0;
+    bk_span_t *rest = xmalloc((size_t)(n_spans + 1) * sizeof *rest);
+    int n_rest = cu_attention_tc(bk, out, q, sink, scale, kv_new, window, spans, n_spans, sel, unrope, rest);
     attention_simt(bk, out, q, sink, scale, kv_new, window, rest, n_rest, sel, unrope);
-    for (int i = 0; unrope && i < n_spans; i++) { /* the tensor cores' spans are turned back apart */
-        bool left = false;
-        for (int j = 0; j < n_rest && !left; j++) left = rest[j].r0 == spans[i].r0;
-        if (!left) taken[n_taken++] = spans[i];
-    }
-    if (n_taken) cu_rope_spans(bk, out, (int)kv_new.cols, *unrope, taken, n_taken, 1, true);
-    free(rest), free(taken);
+    free(rest);
 }
 
 void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,

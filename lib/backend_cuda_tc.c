@@ -48,11 +48,13 @@ static void make_store(cuda_t *c, const piece_seg_t *segs, int n, int64_t rows, 
 }
 
 int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
-                    int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, bk_span_t *rest) {
+                    int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope,
+                    bk_span_t *rest) {
     cuda_t *c = cu_of(bk);
     int d = (int)kv_new.cols, pieces = attn_pieces(c), heads = d > 0 ? (int)(q.cols / d) : 0, n_rest = 0, nt = 0, ns = 0;
     bool on = pieces && d > 0 && q.cols == (int64_t)heads * d && k_attention_tc_ok(heads, d);
     attn_tc_span_t *ts = xmalloc((size_t)(n_spans + 1) * sizeof *ts);
+    bk_span_t *taken = xmalloc((size_t)(n_spans + 1) * sizeof *taken);
     piece_seg_t *segs = xmalloc((size_t)(3 * n_spans + 1) * sizeof *segs);
     int64_t m = 0, rows = 0;
     for (int i = 0; i < n_spans; i++) {
@@ -68,6 +70,7 @@ int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t s
         int64_t first = s->pos0 - window + 1 > s->win_lo ? s->pos0 - window + 1 : s->win_lo;
         int64_t wstart = first < 0 ? 0 : first > s->pos0 ? s->pos0 : first, prev = s->pos0 - wstart;
         int64_t wrows = prev + s->n, prows = sel ? s->pool.rows : 0;
+        taken[nt] = *s;
         ts[nt++] = (attn_tc_span_t){m, s->r0, s->n, s->pos0, s->win_lo, wstart, rows, rows + wrows, prows};
         if (prev) {
             if (s->ring.rows <= 0 || s->ring.cols != d) die("CUDA backend: attention needs %lld ring rows of %d", (long long)prev, d);
@@ -95,8 +98,9 @@ int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t s
         CU(k_attention_tc(&a, c->stream));
         cu_prof_end(c);
         cu_release_scratch(c, (void *)a.spans), cu_release_scratch(c, store), cu_release_scratch(c, inexact);
+        if (unrope) cu_rope_spans(bk, out, d, *unrope, taken, nt, 1, true);
     }
-    free(ts), free(segs);
+    free(ts), free(taken), free(segs);
     return n_rest;
 }
 
