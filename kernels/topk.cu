@@ -1,21 +1,24 @@
-// Top-k per row by radix select: the k-th largest finite score is found byte by byte (256-bin
-// histograms over the order-preserving integer keys, each bin picked by one warp's scan; done
-// early once a bin holds exactly the entries still needed), then one pass in index order keeps
-// every entry above it and the lowest-indexed entries equal to it, so ties go to the lower
-// index and the output comes out ascending (-1 padded), as the CPU heap gives it. That pass
-// gives each thread a contiguous run of entries and one block scan of its (above, equal)
-// counts says where its picks go. The two-level top-k's steps run in the same launch: the
-// block scores of level 1, the candidate-block mask of level 2 (the candidates as a bit set in
-// shared memory: one lookup an entry, not a binary search of the list). A row of up to TK_KEYS
-// entries is read once, into shared memory as its keys, and every pass reads them there (the
-// batch-1 step at context 32,000: 2.07 -> 2.00 ms, device run 92 of docs/CUDA_NOTES.md).
+// Top-k per row by radix select: the k-th largest finite score is found one 8-bit digit at a
+// time over the order-preserving integer keys (a 256-bin histogram a digit; the bin that holds
+// the k-th entry found by one block scan of per-thread bin sums; done early once a bin holds
+// exactly the entries still needed; the next digit's bins cleared while this one counts), then
+// one pass in index order keeps every entry above it and the lowest-indexed entries equal to
+// it, so ties go to the lower index and the output comes out ascending (-1 padded), as the CPU
+// heap gives it. That pass gives each thread a contiguous run of entries and one block scan of
+// its (above, equal) counts says where its picks go. The two-level top-k's steps run in the same
+// launch: the block scores of level 1, the candidate-block mask of level 2 (the candidates as a
+// bit set in shared memory: one lookup an entry, not a binary search of the list). A row is read
+// once: up to 16 keys a thread stay in registers (rows of up to 8,192 entries), longer rows of up
+// to TK_KEYS entries are kept in shared memory. 512 threads a row: against 1,024 (which spill
+// registers), 256 and 128, and 12-bit first digits, the indexer layers' top-k ended 2-4 us
+// sooner after their scores in the batch-1 step (device runs 101-102 of docs/CUDA_NOTES.md).
 #include "common.cuh"
 
 #include <cub/block/block_scan.cuh>
-#include <stdlib.h>
 #include <type_traits>
 
-#define TK_BINS 4096     // the first digit's bins at most (12 bits)
+#define TK_THREADS 512 // threads a row
+#define TK_BINS 256     // 8-bit digits
 #define TK_KEYS 32768      // entries of a row kept in shared memory as keys (128 KB)
 #define TK_MASK_WORDS 8192 // candidate-block bits in shared memory (32 KB: 256K blocks)
 
@@ -49,14 +52,14 @@ __device__ void mask_row(float *row, int64_t n, const int32_t *list, int64_t nbl
 // score has key 0), which never compete.
 __device__ __forceinline__ uint32_t select_key(float v) { return v > -INFINITY ? order_key(v) : 0u; }
 
-// T threads a row. R > 0: every row has at most R * T entries, and a thread keeps its R keys
-// (entries tid, tid + T, ...) in registers for the digit passes (a shorter dependent path than
-// indexing memory: run 97); 0: any length. The first digit is first_bits wide (the bins of
-// every digit found by one block scan; the next digit's bins are cleared while this one counts).
-template <int R, int T>
-__global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int K, float *sc, int64_t lds, ix_args_t a,
-                                                 int block, const int32_t *blocks, int64_t ldb, int64_t nblocks,
-                                                 int block_size, int mask_words, int key_cap, int first_bits) {
+// R > 0: every row has at most R * T entries, and a thread keeps its R keys (entries tid,
+// tid + T, ...) in registers for the digit passes (a shorter dependent path than indexing
+// memory: run 97); 0: any length.
+template <int R>
+__global__ void __launch_bounds__(TK_THREADS) topk_kernel(int32_t *out, int64_t ldo, int K, float *sc, int64_t lds, ix_args_t a,
+                                                          int block, const int32_t *blocks, int64_t ldb, int64_t nblocks,
+                                                          int block_size, int mask_words, int key_cap) {
+    constexpr int T = TK_THREADS;
     pdl_begin();
     extern __shared__ uint32_t dyn[]; // [mask_words] the candidate bits, then key_cap keys
     uint32_t *keys = dyn + mask_words;
@@ -92,18 +95,18 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
         for (int64_t j = tid; j < n; j += T) keys[j] = select_key(row[j]);
     }
     auto key_at = [&](int64_t j) { return staged ? keys[j] : select_key(row[j]); };
-    for (int i = tid; i < 1 << first_bits; i += T) hist[0][i] = 0;
+    for (int i = tid; i < TK_BINS; i += T) hist[0][i] = 0;
     if (tid == 0) sh_count = 0, sh_prefix = 0, sh_mask = 0, sh_remaining = K, sh_done = 0;
     __syncthreads();
 
     // The finite entries are counted with the first digit's histogram. Whole warps take each
     // step (the same trips for every thread), so equal bins are added once per warp.
     int local = 0;
-    for (int shift = 32 - first_bits, bits = first_bits, cur = 0;; cur ^= 1) {
-        uint32_t prefix = sh_prefix, mask = sh_mask, dm = (1u << bits) - 1;
+    for (int shift = 24, cur = 0;; shift -= 8, cur ^= 1) {
+        uint32_t prefix = sh_prefix, mask = sh_mask, dm = TK_BINS - 1;
         int rem = sh_remaining; /* read with the prefix: written only after the next barrier */
-        bool first = shift == 32 - first_bits;
-        int *h = hist[cur], next_bits = shift < 8 ? shift : 8;
+        bool first = shift == 24;
+        int *h = hist[cur];
         auto count = [&](uint32_t k) {
             bool ok = k && (k & mask) == prefix;
             if (first) local += k != 0;
@@ -117,14 +120,14 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
         } else {
             for (int64_t j0 = 0; j0 < n; j0 += T) count(j0 + tid < n ? key_at(j0 + tid) : 0u);
         }
-        for (int i = tid; i < 1 << next_bits; i += T) hist[cur ^ 1][i] = 0;
+        for (int i = tid; i < TK_BINS; i += T) hist[cur ^ 1][i] = 0;
         if (first && local) atomicAdd(&sh_count, local);
         __syncthreads();
         if (sh_count <= K) break; /* every finite entry is taken */
         /* thread t sums bins top - t * per ... (from the top); the one whose run reaches `rem` picks */
-        int nb = 1 << bits, per = nb > T ? nb / T : 1, top = nb - 1 - tid * per, sum = 0;
+        int top = TK_BINS - 1 - tid, sum = 0; /* TK_BINS <= T: a bin a thread at most */
         bool owns = top >= 0;
-        for (int i = 0; owns && i < per; i++) sum += h[top - i];
+        if (owns) sum = h[top];
         unsigned long long before;
         scan_t(tmp).ExclusiveSum((unsigned long long)sum, before);
         int cum = (int)before;
@@ -138,7 +141,6 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
         }
         __syncthreads();
         if (sh_done || shift == 0) break;
-        bits = next_bits, shift -= next_bits;
     }
     bool all = sh_count <= K;
     uint32_t thr = sh_prefix, M = sh_mask;
@@ -170,33 +172,18 @@ __global__ void __launch_bounds__(T) topk_kernel(int32_t *out, int64_t ldo, int 
 }
 
 // The launch of one instantiation (its shared-memory limit raised once).
-template <int R, int T>
+template <int R>
 static cudaError_t topk_launch(const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k, float *sc,
                                int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
-                               int mask_words, int key_cap, int first_bits) {
+                               int mask_words, int key_cap) {
     static bool raised;
     if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(topk_kernel<R, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
+        cudaError_t e = cudaFuncSetAttribute(topk_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
         if (e != cudaSuccess) return e;
         raised = true;
     }
-    return k_launch(topk_kernel<R, T>, (unsigned)a->m, T, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks, block_size,
-                    mask_words, key_cap, first_bits);
-}
-
-// The fewest keys a thread that fit the row in registers (up to 16), T threads; longer rows: any length.
-template <int T>
-static cudaError_t topk_pick(int64_t n_max, const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k,
-                             float *sc, int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
-                             int mask_words, int key_cap, int first_bits) {
-#define TK_ARGS a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, mask_words, key_cap, first_bits
-    if (n_max <= T) return topk_launch<1, T>(TK_ARGS);
-    if (n_max <= 2 * T) return topk_launch<2, T>(TK_ARGS);
-    if (n_max <= 4 * T) return topk_launch<4, T>(TK_ARGS);
-    if (n_max <= 8 * T) return topk_launch<8, T>(TK_ARGS);
-    if (n_max <= 16 * T) return topk_launch<16, T>(TK_ARGS);
-    return topk_launch<0, 1024>(TK_ARGS);
-#undef TK_ARGS
+    return k_launch(topk_kernel<R>, (unsigned)a->m, TK_THREADS, smem, s, out, ldo, k, sc, lds, *a, block, blocks, ldb, nblocks,
+                    block_size, mask_words, key_cap);
 }
 
 extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64_t lds, const ix_args_t *a, int block,
@@ -207,15 +194,14 @@ extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64
     if (mask_words > TK_MASK_WORDS) return cudaErrorInvalidValue;
     int key_cap = (int)(n_max < TK_KEYS ? n_max : TK_KEYS);
     size_t smem = (size_t)(mask_words + key_cap) * 4;
-    static int threads = -1, first_bits = 8;
-    if (threads < 0) {
-        const char *e = getenv("DI_TMP_TK_T"), *b = getenv("DI_TMP_TK_BITS");
-        threads = e ? atoi(e) : 1024, first_bits = b && atoi(b) == 12 ? 12 : 8; /* TK_BINS holds 12 bits */
-    }
-#define TK_ARGS n_max, a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, (int)mask_words, key_cap, first_bits
-    if (threads == 128) return topk_pick<128>(TK_ARGS);
-    if (threads == 256) return topk_pick<256>(TK_ARGS);
-    if (threads == 512) return topk_pick<512>(TK_ARGS);
-    return topk_pick<1024>(TK_ARGS);
+    /* the fewest keys a thread that fit the longest row in registers (up to 16) */
+#define TK_ARGS a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, (int)mask_words, key_cap
+    const int64_t T = TK_THREADS;
+    if (n_max <= T) return topk_launch<1>(TK_ARGS);
+    if (n_max <= 2 * T) return topk_launch<2>(TK_ARGS);
+    if (n_max <= 4 * T) return topk_launch<4>(TK_ARGS);
+    if (n_max <= 8 * T) return topk_launch<8>(TK_ARGS);
+    if (n_max <= 16 * T) return topk_launch<16>(TK_ARGS);
+    return topk_launch<0>(TK_ARGS);
 #undef TK_ARGS
 }

@@ -753,6 +753,8 @@ static void test_indexer(void) {
     indexer_case(32, 128, 3000, 512, 64, 8, 1, 2990, 1);  /* one query row (decode): 16-key tiles */
     indexer_case(32, 128, 600, 512, 64, 8, 1, 590, 1);    /* 8-key tiles */
     indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
+    indexer_case(3, 32, 6000, 512, 64, 64, 1, 5990, 1);   /* 16 keys a thread in registers */
+    indexer_case(3, 32, 20000, 512, 64, 64, 1, 19990, 1); /* a row's keys in shared memory */
     indexer_case(3, 32, 40000, 512, 64, 64, 1, 39990, 1); /* a row longer than the top-k keeps in shared memory */
     indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
     /* tensor cores (32 rows or more): rows past the last tile, part tiles, several rows a block */
