@@ -11,7 +11,7 @@
 // once: up to 16 keys a thread stay in registers (rows of up to 8,192 entries), longer rows of up
 // to TK_KEYS entries are kept in shared memory. 512 threads a row: against 1,024 (which spill
 // registers), 256 and 128, and 12-bit first digits, the indexer layers' top-k ended 2-4 us
-// sooner after their scores in the batch-1 step (device runs 101-102 of docs/CUDA_NOTES.md).
+// sooner after their scores in the batch-1 step (device runs 100-101 of docs/CUDA_NOTES.md).
 #include "common.cuh"
 
 #include <cub/block/block_scan.cuh>
