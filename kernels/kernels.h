@@ -174,7 +174,8 @@ size_t k_hc_pre_partial_floats(const hc_pre_args_t *a);
 cudaError_t k_hc_pre(const hc_pre_args_t *a, cudaStream_t s);
 cudaError_t k_hc_expand(float *X, int64_t ldx, const float *y, int64_t ldy, const float *coef, int64_t ldc, int64_t rows,
                         int64_t D, int hc, cudaStream_t s);
-cudaError_t k_hc_fill(float *X, int64_t ldx, const float *e, int64_t lde, int64_t rows, int64_t D, int hc, cudaStream_t s);
+cudaError_t k_hc_fill(float *X, int64_t ldx, float *pre, int64_t ldp, const float *e, int64_t lde, int64_t rows, int64_t D, int hc,
+                      cudaStream_t s);
 cudaError_t k_gather(float *out, int64_t ldo, const kw_t *table, const int32_t *idx, int64_t ldi, int64_t rows, int64_t k,
                      cudaStream_t s);
 cudaError_t k_engram_gate(float *X, int64_t ldx, const float *kv, int64_t ldkv, const float *qk, int64_t ldqk, int64_t rows,

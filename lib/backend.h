@@ -145,8 +145,9 @@ struct backend {
     void (*hc_collapse)(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);
     /* In place X_b <- post[b] * y + sum_a C[a][b] X_a, post and C from coef. */
     void (*hc_expand)(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef, int hc);
-    /* X_k = e for every stream k. */
-    void (*hc_fill)(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc);
+    /* X_k = e for every stream k, and pre (m x hc) = (1, 0, .., 0): the first site's collapse
+     * takes stream 0 (made here, not uploaded: the CPU builds no tensor for a step). */
+    void (*hc_fill)(backend_t *bk, bk_tensor_t X, bk_tensor_t pre, bk_tensor_t e, int hc);
     /* The pre step of an mHC site in one op (a backend may fuse it): the numbers of
      * matmul(coef, X, fn, 0); hc_mix(coef, coef, X, base, scale, hc, eps, hc_eps, iters);
      * hc_collapse(out, X, pre, hc); rmsnorm(out, out, norm, eps), in that order: coef gets the

@@ -305,10 +305,12 @@ static void fill_row(const void *p, int64_t r, int worker) {
     const hc_args_t *a = p;
     int64_t D = a->y.cols;
     for (int k = 0; k < a->hc; k++) memcpy(f32_at(a->X, r) + k * D, f32_at(a->y, r), (size_t)D * 4);
+    float *pre = f32_at(a->pre, r);
+    for (int k = 0; k < a->hc; k++) pre[k] = k == 0 ? 1.0f : 0.0f;
 }
 
-static void cpu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc) {
-    hc_args_t a = {.X = X, .y = e, .hc = hc};
+static void cpu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t pre, bk_tensor_t e, int hc) {
+    hc_args_t a = {.X = X, .y = e, .pre = pre, .hc = hc};
     for_rows(bk, X.rows, X.cols, fill_row, &a);
 }
 

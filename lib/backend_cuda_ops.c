@@ -93,10 +93,13 @@ void cu_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t coef,
     OP("hc_expand", k_hc_expand(F(X), X.ld, F(y), y.ld, F(coef), coef.ld, X.rows, y.cols, hc, c->stream));
 }
 
-void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc) {
+void cu_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t pre, bk_tensor_t e, int hc) {
     cuda_t *c = cu_of(bk);
     cu_join_side(c);
-    OP("hc_fill", k_hc_fill(F(X), X.ld, F(e), e.ld, X.rows, e.cols, hc, c->stream));
+    if (hc < 1 || hc > 16 || X.rows != e.rows || X.cols != hc * e.cols || pre.rows != e.rows || pre.cols < hc)
+        die("CUDA backend: hc_fill of %lld x %lld into %lld x %lld streams (hc %d) with %lld x %lld weights", (long long)e.rows,
+            (long long)e.cols, (long long)X.rows, (long long)X.cols, hc, (long long)pre.rows, (long long)pre.cols);
+    OP("hc_fill", k_hc_fill(F(X), X.ld, F(pre), pre.ld, F(e), e.ld, X.rows, e.cols, hc, c->stream));
 }
 
 /* One launch (kernels/hc_pre.cu) where it takes the shape (decode rows), else the four ops:

@@ -88,8 +88,10 @@ typedef struct {
 
 static int64_t row_of(const seq_rows_t *r, int64_t k) { return k < r->head ? r->hr + k : r->tr + k - r->head; }
 
-/* Token ids and the Engram rows of every batch row (hashing is host integer work). */
-static void inputs(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
+/* Token ids and the Engram rows of every batch row (hashing is host integer work): the ids are
+ * uploaded, the rows returned (NULL without Engram layers) to be uploaded once the embedding is
+ * issued, so that its gather waits on the ids' copy alone. */
+static int32_t *inputs(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
     backend_t *bk = f->bk;
     const engram_hash_t *h = &f->m->engram;
     int R = h->n_orders * h->n_heads;
@@ -107,9 +109,8 @@ static void inputs(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t
         }
     }
     bk->upload(bk, f->ids, tok);
-    if (rows) bk->upload(bk, f->erows, rows);
-    free(rows);
     free(tok);
+    return rows;
 }
 
 static void block(fwd_t *f, int L, int64_t k0) {
@@ -243,13 +244,11 @@ int forward_batch_pick(fwd_seq_t *seqs, int n_seqs, sampler_t *scratch, char *er
     fwd_t f = {.m = m, .c = c, .bk = m->bk, .n = n, .pieces = pieces, .n_pieces = np, .k0 = k0};
     backend_t *bk = f.bk;
     chunk_alloc(&f);
-    inputs(&f, seqs, n_seqs, rows);
+    int32_t *erows = inputs(&f, seqs, n_seqs, rows);
     bk->gather(bk, f.xc, m->embed, f.ids);
-    bk->hc_fill(bk, f.X, f.xc, c->hc_mult);
-    float *one_hot = xcalloc((size_t)(n * f.coefF.cols), 4); /* block 0 reads stream 0 */
-    for (int64_t k = 0; k < n; k++) one_hot[k * f.coefF.cols] = 1.0f;
-    bk->upload(bk, f.coefF, one_hot);
-    free(one_hot);
+    bk->hc_fill(bk, f.X, bk_cols(f.coefF, 0, c->hc_mult), f.xc, c->hc_mult); /* block 0 reads stream 0 */
+    if (erows) bk->upload(bk, f.erows, erows);
+    free(erows);
     for (int L = 0; L < c->n_layers; L++) {
         int64_t from = L <= c->first_decoder_layer ? 0 : k0;
         if (from < n) block(&f, L, from);

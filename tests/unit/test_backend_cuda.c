@@ -446,9 +446,12 @@ static void test_hc(void) {
         gpu->hc_expand(gpu, tX.g, ty.g, coef.g, hc);
         cpu->hc_expand(cpu, tX.c, ty.c, coef.c, hc);
         compare(tX, 1e-5, "hc_expand");
-        gpu->hc_fill(gpu, tX.g, ty.g, hc);
-        cpu->hc_fill(cpu, tX.c, ty.c, hc);
+        pair_t pre = out2(BK_F32, m, hc);
+        gpu->hc_fill(gpu, tX.g, pre.g, ty.g, hc);
+        cpu->hc_fill(cpu, tX.c, pre.c, ty.c, hc);
         compare(tX, 0, "hc_fill");
+        compare(pre, 0, "hc_fill weights");
+        free2(&pre);
         pair_t *all[] = {&tX, &tm, &tb, &ts, &ty, &coef, &o};
         for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
         free(X), free(mixes), free(base), free(scale), free(y);

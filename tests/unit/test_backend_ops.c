@@ -286,12 +286,16 @@ static void hc_case(int iters) {
                 eref[r * hc * D + b * D + d] = s;
             }
     CHECK(rel_err(ex, eref, (size_t)(m * hc * D)) < TOL);
-    bk->hc_fill(bk, tX, y, hc);
-    float *fill = t_download(bk, tX);
+    bk->hc_fill(bk, tX, bk_cols(coef, 1, hc), y, hc);
+    float *fill = t_download(bk, tX), *pre = t_download(bk, coef);
     int bad = 0;
     for (int r = 0; r < m; r++)
         for (int k = 0; k < hc; k++) bad += memcmp(fill + r * hc * D + k * D, X + r * D, (size_t)D * 4) != 0;
     CHECK_EQ(bad, 0);
+    for (int r = 0; r < m; r++) /* the weights (1, 0, .., 0) at columns 1 .. hc, the rest of the row as it was */
+        for (int j = 0; j < nm; j++) bad += pre[r * nm + j] != (j == 1 ? 1.0f : j > 1 && j <= hc ? 0.0f : got[r * nm + j]);
+    CHECK_EQ(bad, 0);
+    free(pre);
     bk_tensor_t *ts_[] = {&tX, &tm, &tb, &ts, &coef, &out, &y};
     for (size_t i = 0; i < DI_ARRAY_LEN(ts_); i++) bk->release(bk, ts_[i]);
     free(X), free(mixes), free(base), free(scale), free(got), free(col), free(ex), free(eref), free(fill);

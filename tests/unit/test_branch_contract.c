@@ -205,9 +205,9 @@ static void w_hc_expand(backend_t *bk, bk_tensor_t X, bk_tensor_t y, bk_tensor_t
     (void)bk, main_line_only("hc_expand"), rd(y, "hc_expand"), rd(coef, "hc_expand"), wr(X, "hc_expand");
     IN->hc_expand(IN, X, y, coef, hc);
 }
-static void w_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t e, int hc) {
-    (void)bk, main_line_only("hc_fill"), rd(e, "hc_fill"), wr(X, "hc_fill");
-    IN->hc_fill(IN, X, e, hc);
+static void w_hc_fill(backend_t *bk, bk_tensor_t X, bk_tensor_t pre, bk_tensor_t e, int hc) {
+    (void)bk, main_line_only("hc_fill"), rd(e, "hc_fill"), wr(X, "hc_fill"), wr(pre, "hc_fill");
+    IN->hc_fill(IN, X, pre, e, hc);
 }
 static void w_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, const bk_weight_t *fn, bk_tensor_t base,
                      bk_tensor_t scale, bk_tensor_t pre, const bk_tensor_t *norm, int hc, float eps, float hc_eps, int iters) {
@@ -339,7 +339,7 @@ static void test_checker_finds_violations(void) {
     CHECK(rec.conflicts > 0);
     /* an op a branch may not hold, and a branch inside a branch */
     bk->branch_begin(bk);
-    bk->hc_fill(bk, a, bk_cols(a, 0, 2), 4);
+    bk->hc_fill(bk, a, bk_cols(b, 0, 4), bk_cols(a, 0, 2), 4);
     bk->branch_begin(bk);
     CHECK_EQ(rec.misplaced, 2);
     rec.phase = OUTSIDE;
