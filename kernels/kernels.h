@@ -360,8 +360,10 @@ typedef struct {
     int64_t row, mask_off;
     int greedy, slot; /* the row's entry of out */
 } pick_row_t;
+/* scratch: k_pick_scratch(V, n) bytes. */
+size_t k_pick_scratch(int64_t V, int n);
 cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,
-                   const uint32_t *masks, cudaStream_t s);
+                   const uint32_t *masks, void *scratch, cudaStream_t s);
 
 /* ---- ranked next-token choice and log-probabilities (sample_rank.cu) -----------------------------
  * Row i (rows[i].row of logits) with top-k (0: off) and/or top-p (1: off), then min-p, at the uniform

@@ -161,16 +161,8 @@ static void *stage_take(cuda_t *c, size_t bytes) {
     return c->stage + off;
 }
 
-/* Page-locked memory holding a copy of host data for an upload enqueued now: the capture's
- * staging area, or the ring outside a capture (the stream is drained before the ring wraps),
- * so that uploads are asynchronous. Larger uploads copy from the host memory itself. */
-static const void *pinned_copy(cuda_t *c, const void *host, size_t bytes) {
-    if (c->capturing) {
-        void *s = stage_take(c, bytes);
-        memcpy(s, host, bytes);
-        return s;
-    }
-    if (bytes > RING_BYTES / 4) return host;
+/* bytes of the page-locked ring (the device drained before it wraps). */
+static void *ring_take(cuda_t *c, size_t bytes) {
     if (!c->ring) {
         void *ring;
         CU(cudaHostAlloc(&ring, RING_BYTES, cudaHostAllocDefault));
@@ -182,9 +174,20 @@ static const void *pinned_copy(cuda_t *c, const void *host, size_t bytes) {
         off = 0;
     }
     c->ring_used = off + bytes;
-    memcpy(c->ring + off, host, bytes);
     return c->ring + off;
 }
+
+/* Page-locked memory holding a copy of host data for an upload enqueued now: the capture's
+ * staging area, or the ring outside a capture, so that uploads are asynchronous. Larger
+ * uploads copy from the host memory itself. */
+static const void *pinned_copy(cuda_t *c, const void *host, size_t bytes) {
+    void *s = c->capturing ? stage_take(c, bytes) : bytes > RING_BYTES / 4 ? NULL : ring_take(c, bytes);
+    if (!s) return host;
+    memcpy(s, host, bytes);
+    return s;
+}
+
+void *cu_pinned_room(cuda_t *c, size_t bytes) { return bytes <= RING_BYTES / 4 ? ring_take(c, bytes) : NULL; }
 
 void *cu_upload_table(cuda_t *c, const void *host, size_t bytes) {
     void *d = cu_scratch(c, bytes);

@@ -127,6 +127,9 @@ void cu_copy_descs(cuda_t *c, const copy_desc_t *d, int n);
 
 /* A device copy of a small host table (scratch: release it once its users are enqueued). */
 void *cu_upload_table(cuda_t *c, const void *host, size_t bytes);
+/* Page-locked room (NULL when too large) for a download enqueued now and read after the stream's
+ * next synchronization, before the next upload. */
+void *cu_pinned_room(cuda_t *c, size_t bytes);
 
 /* The reduction split (columns) of a dense CUDA-core matmul of n outputs at 32 positions or
  * fewer: k when it does not split (backend_cuda_mm.c). */

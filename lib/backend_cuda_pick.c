@@ -86,18 +86,23 @@ void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sa
     logprob_out_t *dlp = nl ? cu_scratch(c, (size_t)nl * sizeof *dlp) : NULL;
     if (nw) {
         const pick_row_t *dwalk = cu_upload_table(c, walk, (size_t)nw * sizeof *walk);
-        CU(k_pick(dout, logits.ptr, logits.ld, V, dwalk, nw, dmasks, c->stream));
-        cu_release_scratch(c, (void *)dwalk);
+        void *parts = cu_scratch(c, k_pick_scratch(V, nw));
+        CU(k_pick(dout, logits.ptr, logits.ld, V, dwalk, nw, dmasks, parts, c->stream));
+        cu_release_scratch(c, (void *)dwalk), cu_release_scratch(c, parts);
     }
     if (nr) pick_ranked(c, logits, rank, nr, dmasks, dout);
     if (nl) {
         const logprob_row_t *dlpr = cu_upload_table(c, lpr, (size_t)nl * sizeof *lpr);
         CU(k_logprobs(dlp, logits.ptr, logits.ld, V, dlpr, nl, dout, c->stream));
-        CU(cudaMemcpyAsync(lps, dlp, (size_t)nl * sizeof *dlp, cudaMemcpyDeviceToHost, c->stream));
         cu_release_scratch(c, (void *)dlpr);
     }
-    CU(cudaMemcpyAsync(got, dout, (size_t)n * sizeof *dout, cudaMemcpyDeviceToHost, c->stream));
+    /* the answers through page-locked memory: a copy to pageable memory waits on a staging copy */
+    size_t got_bytes = (size_t)n * sizeof *got, lps_bytes = (size_t)nl * sizeof *lps;
+    uint8_t *room = cu_pinned_room(c, got_bytes + lps_bytes);
+    CU(cudaMemcpyAsync(room ? room : (uint8_t *)got, dout, got_bytes, cudaMemcpyDeviceToHost, c->stream));
+    if (nl) CU(cudaMemcpyAsync(room ? room + got_bytes : (uint8_t *)lps, dlp, lps_bytes, cudaMemcpyDeviceToHost, c->stream));
     CU(cudaStreamSynchronize(c->stream));
+    if (room) memcpy(got, room, got_bytes), memcpy(lps, room + got_bytes, lps_bytes);
     cu_prof_end(c);
     if (dmasks) cu_release_scratch(c, (void *)dmasks);
     cu_release_scratch(c, dout);
