@@ -20,7 +20,7 @@
 #include <cub/block/block_scan.cuh>
 
 #define PK_THREADS 256
-#define PK_RUN 4                        /* ids a thread takes in a chunk */
+#define PK_RUN 16                       /* ids a thread takes in a chunk */
 #define PK_CHUNK (PK_THREADS * PK_RUN) /* ids a block takes */
 
 struct pk_part { /* one chunk of a row */
