@@ -391,8 +391,10 @@ typedef struct { /* frame_logprob_t's layout */
     uint32_t top_ids[K_MAX_TOP];
     float top_logprobs[K_MAX_TOP];
 } logprob_out_t;
+/* scratch: k_logprobs_scratch(V, n) bytes (logprob.cu). */
+size_t k_logprobs_scratch(int64_t V, int n);
 cudaError_t k_logprobs(logprob_out_t *out, const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows, int n,
-                       const int32_t *chosen, cudaStream_t s);
+                       const int32_t *chosen, void *scratch, cudaStream_t s);
 
 /* ---- bench-only synthesis (random_fill.cu) ---------------------------------------------------- */
 cudaError_t k_fill_uniform(float *x, int64_t ld, int64_t rows, int64_t cols, float lo, float hi, uint64_t seed,

@@ -1,8 +1,7 @@
 // Next-token choice on the device for the rows the host sampler would handle without ranking
 // (lib/sampler.h): greedy, and temperature sampling with min-p, each within an optional token
-// mask. A row is cut into chunks of PK_CHUNK ids, a block each, so that one row reads its logits
-// with the whole GPU (one block a row took ~50 us a row at 129,280 ids, latency-bound), in three
-// launches:
+// mask. A row is cut into chunks (sample.cuh; one block a row took ~50 us a row at 129,280 ids,
+// latency-bound), in three launches:
 //   scan:  each chunk's best (logit, id) pair (greedy) or its largest z and last allowed id;
 //   mass:  each chunk's kept mass (p = exp(z - max) >= min_p), from the row's max;
 //   final: greedy rows reduce the chunks' pairs under the sampler's total order (larger first,
@@ -12,16 +11,12 @@
 //          the mass before each run, and the run holding the crossing walks its ids as the host.
 // Sampling repeats the host's double arithmetic (z = logit / temperature, p = exp(z - max)); only
 // the grouping of the sums differs from the host's one sequential sum (and the last bit of exp),
-// so a choice can differ only when u * total lies within about 1e-16 of a boundary. The chunking
-// depends on V alone, so a row's choice does not depend on its batch.
+// so a choice can differ only when u * total lies within about 1e-16 of a boundary. The chunks
+// depend on V alone, so a row's choice does not depend on its batch.
 #include "sample.cuh"
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-
-#define PK_THREADS 256
-#define PK_RUN 16                       /* ids a thread takes in a chunk */
-#define PK_CHUNK (PK_THREADS * PK_RUN) /* ids a block takes */
 
 struct pk_part { /* one chunk of a row */
     pk_best best;    /* greedy: its best pair */
@@ -82,11 +77,11 @@ __global__ void __launch_bounds__(PK_THREADS) pick_scan_kernel(const float *logi
                                                                const uint32_t *masks, pk_part *parts, int nb) {
     pdl_begin();
     __shared__ pk_tmp tmp;
-    const pick_row_t pr = rows[blockIdx.y];
+    const pick_row_t pr = rows[blockIdx.x];
     const float *l = logits + pr.row * ld;
     const uint32_t *mask = pr.mask_off >= 0 ? masks + pr.mask_off : NULL;
-    pk_part *part = parts + (int64_t)blockIdx.y * nb + blockIdx.x;
-    int64_t lo = (int64_t)blockIdx.x * PK_CHUNK, hi = min(V, lo + PK_CHUNK);
+    pk_part *part = parts + (int64_t)blockIdx.x * nb + blockIdx.y;
+    int64_t lo = (int64_t)blockIdx.y * PK_CHUNK, hi = min(V, lo + PK_CHUNK);
     if (pr.greedy) {
         pk_best b = {0.0f, -1};
         for (int64_t v = lo + threadIdx.x; v < hi; v += PK_THREADS)
@@ -109,17 +104,17 @@ __global__ void __launch_bounds__(PK_THREADS) pick_mass_kernel(const float *logi
                                                                const uint32_t *masks, pk_part *parts, int nb) {
     pdl_begin();
     __shared__ pk_tmp tmp;
-    const pick_row_t pr = rows[blockIdx.y];
+    const pick_row_t pr = rows[blockIdx.x];
     if (pr.greedy) return;
-    pk_part *part = parts + (int64_t)blockIdx.y * nb;
+    pk_part *part = parts + (int64_t)blockIdx.x * nb;
     double mx;
     int64_t last;
     pk_row_max(tmp, part, nb, &mx, &last);
     if (last < 0 || mx == -INFINITY) return; /* the final launch answers from mx and last alone */
     double before, chunk;
-    pk_run_mass(tmp, logits + pr.row * ld, pr.mask_off >= 0 ? masks + pr.mask_off : NULL, V, pr, mx, (int64_t)blockIdx.x * PK_CHUNK,
+    pk_run_mass(tmp, logits + pr.row * ld, pr.mask_off >= 0 ? masks + pr.mask_off : NULL, V, pr, mx, (int64_t)blockIdx.y * PK_CHUNK,
                 &before, &chunk);
-    if (threadIdx.x == 0) part[blockIdx.x].mass = chunk;
+    if (threadIdx.x == 0) part[blockIdx.y].mass = chunk;
 }
 
 __global__ void __launch_bounds__(PK_THREADS) pick_final_kernel(const float *logits, int64_t ld, int64_t V, const pick_row_t *rows,
@@ -158,11 +153,11 @@ __global__ void __launch_bounds__(PK_THREADS) pick_final_kernel(const float *log
     if (before + mass > target && mass > 0) atomicMin(&sh_run, tid);
     __syncthreads();
     int64_t kept = -1;
-    if (sh_run == PK_THREADS) { /* the rounded sum never passed the target: the host takes its last kept token */
+    if (sh_run == PK_THREADS) { /* the rounded sum never passed the target: the host takes its last kept token (its last allowed when none is kept: a +inf z) */
         for (int64_t v = tid; v < V; v += PK_THREADS)
             if (pk_allowed(mask, v) && pk_kept(pr, pk_p(l[v], pr, mx))) kept = v;
         kept = pk_id_reduce_t(tmp.id).Reduce(kept, pk_max());
-        if (tid == 0) out[pr.slot] = (int32_t)kept;
+        if (tid == 0) out[pr.slot] = (int32_t)(kept >= 0 ? kept : last);
         return;
     }
     if (tid == sh_run) { /* the crossing chunk: the first whose end passes the target (the run's last with mass if rounding says none) */
@@ -189,9 +184,11 @@ __global__ void __launch_bounds__(PK_THREADS) pick_final_kernel(const float *log
     if (start + run > target && run > 0) atomicMin(&sh_run, tid);
     __syncthreads();
     int64_t v0 = lo + tid * PK_RUN, v1 = min(V, v0 + PK_RUN);
-    if (sh_run == PK_THREADS) { /* rounding again: the chunk's last kept token */
-        for (int64_t v = v0; v < v1; v++)
-            if (pk_allowed(mask, v) && pk_kept(pr, pk_p(l[v], pr, mx))) kept = v;
+    if (sh_run == PK_THREADS) { /* rounding again: the chunk's last kept token with mass */
+        for (int64_t v = v0; v < v1; v++) {
+            double p = pk_p(l[v], pr, mx);
+            if (pk_allowed(mask, v) && pk_kept(pr, p) && p > 0) kept = v;
+        }
         kept = pk_id_reduce_t(tmp.id).Reduce(kept, pk_max());
         if (tid == 0) out[pr.slot] = (int32_t)kept;
         return;
@@ -210,15 +207,15 @@ __global__ void __launch_bounds__(PK_THREADS) pick_final_kernel(const float *log
     out[pr.slot] = (int32_t)pick;
 }
 
-extern "C" size_t k_pick_scratch(int64_t V, int n) { return (size_t)n * (size_t)((V + PK_CHUNK - 1) / PK_CHUNK) * sizeof(pk_part); }
+extern "C" size_t k_pick_scratch(int64_t V, int n) { return (size_t)n * (size_t)pk_chunks(V) * sizeof(pk_part); }
 
 extern "C" cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,
                               const uint32_t *masks, void *scratch, cudaStream_t s) {
     if (n <= 0 || V <= 0) return cudaSuccess;
-    int64_t nb = (V + PK_CHUNK - 1) / PK_CHUNK;
-    if (nb > 0x7FFFFFFF || n > 65535) return cudaErrorInvalidValue;
+    int64_t nb = pk_chunks(V);
+    if (nb > 65535) return cudaErrorInvalidValue; /* chunks on grid.y, rows on grid.x */
     pk_part *parts = (pk_part *)scratch;
-    dim3 grid((unsigned)nb, (unsigned)n);
+    dim3 grid((unsigned)n, (unsigned)nb);
     cudaError_t e = k_launch(pick_scan_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, masks, parts, (int)nb);
     if (e == cudaSuccess) e = k_launch(pick_mass_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, masks, parts, (int)nb);
     if (e == cudaSuccess) e = k_launch(pick_final_kernel, (unsigned)n, PK_THREADS, 0, s, logits, ld, V, rows, masks, (const pk_part *)parts, (int)nb, out);

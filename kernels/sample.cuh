@@ -24,6 +24,14 @@ struct pk_best_op {
     }
 };
 
+// Rows are cut into chunks of PK_CHUNK ids, a block of PK_THREADS each (sample.cu, logprob.cu),
+// so that one row reads its logits with the whole GPU; the cut depends on V alone.
+#define PK_THREADS 256
+#define PK_RUN 16                      /* ids a thread takes in a chunk */
+#define PK_CHUNK (PK_THREADS * PK_RUN) /* ids a block takes */
+
+__host__ __device__ __forceinline__ int64_t pk_chunks(int64_t V) { return (V + PK_CHUNK - 1) / PK_CHUNK; }
+
 struct pk_max {
     template <typename T> __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a > b ? a : b; }
 };

@@ -1,5 +1,4 @@
-// Next-token choice on the device for the rows that rank their tokens (top-k, top-p; lib/sampler.h),
-// and the log-probabilities any row asks for.
+// Next-token choice on the device for the rows that rank their tokens (top-k, top-p; lib/sampler.h).
 //
 // Ranked rows: every token of a row gets a 64-bit key, the row in the top bits, then the logit's
 // bits in an order-preserving form (complemented: larger first; NaN as -inf, -0 as +0), then the
@@ -16,9 +15,6 @@
 // -inf or NaN, or +inf) goes back to the host (-2): its arithmetic is NaN there and the host's answer
 // depends on its sort's handling of NaN.
 //
-// Log-probabilities: log-softmax of the raw logits (max ignoring NaN, sum of exp in double, as the
-// host), the chosen token's and the top alternatives in rank order, found one per pass over the row
-// (the best token ranking after the previous one).
 #include "sample.cuh"
 
 #include <cub/block/block_reduce.cuh>
@@ -153,53 +149,6 @@ __global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *k
     if (threadIdx.x == 0) out[pr.slot] = (int32_t)(k[at < n ? at : n - 1] & ((1ull << id_bits) - 1));
 }
 
-__global__ void __launch_bounds__(RK_THREADS) logprob_kernel(const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows,
-                                                             const int32_t *chosen, logprob_out_t *out) {
-    pdl_begin();
-    typedef cub::BlockReduce<float, RK_THREADS> fmax_t;
-    typedef cub::BlockReduce<double, RK_THREADS> sum_t;
-    typedef cub::BlockReduce<pk_best, RK_THREADS> best_t;
-    __shared__ union {
-        fmax_t::TempStorage mx;
-        sum_t::TempStorage sum;
-        best_t::TempStorage best;
-    } tmp;
-    __shared__ float sh_mx;
-    __shared__ pk_best sh_best;
-    const logprob_row_t pr = rows[blockIdx.x];
-    const float *l = logits + pr.row * ld;
-    int32_t id = chosen[pr.slot];
-    if (id < 0) return; /* nothing chosen (or the host's row) */
-    float mx = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += RK_THREADS) mx = l[v] > mx ? l[v] : mx; /* NaN never taken */
-    mx = fmax_t(tmp.mx).Reduce(mx, pk_max());
-    if (threadIdx.x == 0) sh_mx = mx;
-    __syncthreads();
-    double dmx = sh_mx, sum = 0;
-    for (int64_t v = threadIdx.x; v < V; v += RK_THREADS) sum += exp((double)l[v] - dmx);
-    __syncthreads();
-    sum = sum_t(tmp.sum).Sum(sum);
-    __shared__ double sh_lse;
-    if (threadIdx.x == 0) sh_lse = dmx + log(sum);
-    __syncthreads();
-    double lse = sh_lse;
-    logprob_out_t *o = out + blockIdx.x;
-    if (threadIdx.x == 0) o->logprob = (float)((double)l[id] - lse), o->n_top = 0;
-    pk_best prev = {0.0f, -1};
-    for (int t = 0; t < pr.n_top; t++) { /* the best token ranking after prev */
-        pk_best b = {0.0f, -1};
-        for (int64_t v = threadIdx.x; v < V; v += RK_THREADS)
-            if (prev.id < 0 || pk_before(prev.v, prev.id, l[v], v)) b = pk_best_op()(b, pk_best{l[v], v});
-        __syncthreads();
-        b = best_t(tmp.best).Reduce(b, pk_best_op());
-        if (threadIdx.x == 0) sh_best = b;
-        __syncthreads();
-        prev = sh_best;
-        if (prev.id < 0) break;
-        if (threadIdx.x == 0) o->top_ids[t] = (uint32_t)prev.id, o->top_logprobs[t] = (float)((double)prev.v - lse), o->n_top = t + 1;
-    }
-}
-
 extern "C" cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
                                      const uint32_t *masks, uint64_t *keys, uint64_t *sorted, void *sort_tmp,
                                      size_t *sort_tmp_bytes, cudaStream_t s) {
@@ -214,10 +163,4 @@ extern "C" cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t 
     if (e == cudaSuccess) e = cub::DeviceRadixSort::SortKeys(sort_tmp, *sort_tmp_bytes, keys, sorted, items, 0, 32 + id_bits + row_bits, s);
     if (e == cudaSuccess) e = k_launch(rank_pick_kernel, dim3((unsigned)n), dim3(RK_THREADS), 0, s, (const uint64_t *)sorted, V, rows, id_bits, out);
     return e;
-}
-
-extern "C" cudaError_t k_logprobs(logprob_out_t *out, const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows, int n,
-                                  const int32_t *chosen, cudaStream_t s) {
-    if (n <= 0) return cudaSuccess;
-    return k_launch(logprob_kernel, dim3((unsigned)n), dim3(RK_THREADS), 0, s, logits, ld, V, rows, chosen, out);
 }

@@ -93,8 +93,9 @@ void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sa
     if (nr) pick_ranked(c, logits, rank, nr, dmasks, dout);
     if (nl) {
         const logprob_row_t *dlpr = cu_upload_table(c, lpr, (size_t)nl * sizeof *lpr);
-        CU(k_logprobs(dlp, logits.ptr, logits.ld, V, dlpr, nl, dout, c->stream));
-        cu_release_scratch(c, (void *)dlpr);
+        void *parts = cu_scratch(c, k_logprobs_scratch(V, nl));
+        CU(k_logprobs(dlp, logits.ptr, logits.ld, V, dlpr, nl, dout, parts, c->stream));
+        cu_release_scratch(c, (void *)dlpr), cu_release_scratch(c, parts);
     }
     /* the answers through page-locked memory: a copy to pageable memory waits on a staging copy */
     size_t got_bytes = (size_t)n * sizeof *got, lps_bytes = (size_t)nl * sizeof *lps;

@@ -21,7 +21,7 @@ sampler_params_t sampler_params(const frame_params_t *p, const char *id) {
         .temperature = p->temperature >= 0 ? p->temperature : SAMPLER_DEFAULT_TEMPERATURE,
         .top_k = p->top_k > 0 ? p->top_k : 0,
         .top_p = p->top_p >= 0 ? p->top_p : 1.0,
-        .min_p = p->min_p >= 0 ? p->min_p : 0.0,
+        .min_p = p->min_p >= 0 ? (p->min_p <= 1 ? p->min_p : 1.0) : 0.0, /* frames are not the request's parser */
         .seed = p->has_seed ? p->seed : sampler_seed_of_id(id ? id : ""),
         .logprobs = p->logprobs,
         .top_logprobs = p->logprobs ? (int)(p->top_logprobs < FRAME_MAX_TOP ? p->top_logprobs : FRAME_MAX_TOP) : 0,
@@ -180,6 +180,7 @@ static uint32_t sample(sampler_t *s, const sampler_params_t *sp, const float *l,
         total = 0;
         for (int64_t i = 0; i < n; i++)
             if (c[i].p >= sp->min_p) total += (c[k++] = c[i]).p;
+        if (!k) return c[n - 1].id; /* no finite z (p NaN or 0): the last token, as the walk below ends without min-p */
         n = k;
     }
     if (!ranked && selected) qsort(c, (size_t)n, sizeof *c, cmp_cand); /* selection order is arbitrary */

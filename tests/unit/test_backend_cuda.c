@@ -1637,6 +1637,7 @@ static void pick_case(int64_t V, int rows) {
         if (kind == 1 || kind == 12) for (int64_t v = 0; v < V; v++) x[v] = (float)(t_rnd() % 4); /* ties */
         if (kind == 2 || kind == 13) for (int64_t v = 0; v < V; v += 3) x[v] = NAN;
         if (kind == 7) for (int64_t v = 0; v < V; v++) x[v] = v % 2 ? -INFINITY : NAN;
+        if (kind == 6 && (r / 16) % 2) x[V / 2] = INFINITY; /* no finite z under min-p: none kept */
         uint32_t *m = masks + (size_t)r * (size_t)words;
         for (int64_t v = 0; v < V; v++)
             if (masked == 2 ? t_rnd() % 4 != 0 : t_rnd() % 997 == 0) m[v >> 5] |= 1u << (v & 31);
@@ -1648,7 +1649,7 @@ static void pick_case(int64_t V, int rows) {
         case 4: p->temperature = 0.7, p->min_p = 0.05; break;
         case 5: p->temperature = 1.5; break;
         case 6: p->temperature = 1.0, p->min_p = 0.5; break;
-        case 7: p->top_p = (r / 16) % 2 ? 0.9 : 1.0; break; /* ranked: handed back to the host */
+        case 7: p->top_p = (r / 16) % 2 ? 0.9 : 1.0, p->min_p = (r / 16) % 3 ? 0.0 : 0.2; break; /* ranked: handed back to the host */
         case 8: p->top_k = 1; break; /* greedy */
         case 9: p->top_k = 7; break;
         case 10: p->top_p = 0.8; break;

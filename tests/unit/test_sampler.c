@@ -235,6 +235,25 @@ static void test_params(void) {
     p.has_seed = true, p.seed = 0, p.temperature = 0, p.top_logprobs = 99, p.logprobs = true;
     sp = sampler_params(&p, "req-7");
     CHECK(sp.seed == 0 && sp.temperature == 0 && sp.top_logprobs == FRAME_MAX_TOP);
+    p.min_p = 7; /* a frame's min-p above 1 keeps the top token, as 1 does */
+    CHECK(sampler_params(&p, "req-7").min_p == 1.0);
+}
+
+/* min-p with no finite z (every allowed logit -inf or NaN, or a +inf one: p is NaN or 0, none
+ * kept): the last allowed token, as the walk without min-p ends (it read before the list). */
+static void test_min_p_without_finite_z(void) {
+    enum { V = 6 };
+    sampler_t *s = sampler_new(V);
+    sampler_params_t sp = {.temperature = 1.0, .top_p = 1.0, .min_p = 0.3, .seed = 5};
+    float none[V] = {-INFINITY, NAN, -INFINITY, NAN, -INFINITY, -INFINITY}, inf[V] = {0.5f, INFINITY, 1.0f, 2.0f, 0.0f, -1.0f};
+    uint32_t mask = 0x0Fu; /* ids 0-3 */
+    CHECK_EQ(sampler_pick(s, &sp, none, 3, NULL, NULL), V - 1);
+    CHECK_EQ(sampler_pick(s, &sp, none, 3, &mask, NULL), 3);
+    CHECK_EQ(sampler_pick(s, &sp, inf, 3, NULL, NULL), V - 1);
+    CHECK_EQ(sampler_pick(s, &sp, inf, 3, &mask, NULL), 3);
+    sp.min_p = 0;
+    CHECK_EQ(sampler_pick(s, &sp, none, 3, NULL, NULL), V - 1);
+    sampler_free(s);
 }
 
 int main(void) {
@@ -245,5 +264,6 @@ int main(void) {
     RUN(test_logprobs);
     RUN(test_mask);
     RUN(test_params);
+    RUN(test_min_p_without_finite_z);
     return t_finish();
 }
