@@ -137,12 +137,12 @@ extern "C" size_t k_logprobs_scratch(int64_t V, int n) { return (size_t)n * (siz
 extern "C" cudaError_t k_logprobs(logprob_out_t *out, const float *logits, int64_t ld, int64_t V, const logprob_row_t *rows, int n,
                                   const int32_t *chosen, void *scratch, cudaStream_t s) {
     if (n <= 0 || V <= 0) return cudaSuccess;
-    int64_t nb = pk_chunks(V);
-    if (nb > 65535) return cudaErrorInvalidValue; /* chunks on grid.y, rows on grid.x */
+    dim3 grid;
+    int nb;
     lp_part *parts = (lp_part *)scratch;
-    dim3 grid((unsigned)n, (unsigned)nb);
-    cudaError_t e = k_launch(logprob_max_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, chosen, parts, (int)nb);
-    if (e == cudaSuccess) e = k_launch(logprob_local_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, chosen, parts, (int)nb);
-    if (e == cudaSuccess) e = k_launch(logprob_final_kernel, (unsigned)n, PK_THREADS, 0, s, logits, ld, rows, chosen, (const lp_part *)parts, (int)nb, out);
+    cudaError_t e = pk_chunk_grid(V, n, &grid, &nb);
+    if (e == cudaSuccess) e = k_launch(logprob_max_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, chosen, parts, nb);
+    if (e == cudaSuccess) e = k_launch(logprob_local_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, chosen, parts, nb);
+    if (e == cudaSuccess) e = k_launch(logprob_final_kernel, (unsigned)n, PK_THREADS, 0, s, logits, ld, rows, chosen, (const lp_part *)parts, nb, out);
     return e;
 }

@@ -212,12 +212,12 @@ extern "C" size_t k_pick_scratch(int64_t V, int n) { return (size_t)n * (size_t)
 extern "C" cudaError_t k_pick(int32_t *out, const float *logits, int64_t ld, int64_t V, const pick_row_t *rows, int n,
                               const uint32_t *masks, void *scratch, cudaStream_t s) {
     if (n <= 0 || V <= 0) return cudaSuccess;
-    int64_t nb = pk_chunks(V);
-    if (nb > 65535) return cudaErrorInvalidValue; /* chunks on grid.y, rows on grid.x */
+    dim3 grid;
+    int nb;
     pk_part *parts = (pk_part *)scratch;
-    dim3 grid((unsigned)n, (unsigned)nb);
-    cudaError_t e = k_launch(pick_scan_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, masks, parts, (int)nb);
-    if (e == cudaSuccess) e = k_launch(pick_mass_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, masks, parts, (int)nb);
-    if (e == cudaSuccess) e = k_launch(pick_final_kernel, (unsigned)n, PK_THREADS, 0, s, logits, ld, V, rows, masks, (const pk_part *)parts, (int)nb, out);
+    cudaError_t e = pk_chunk_grid(V, n, &grid, &nb);
+    if (e == cudaSuccess) e = k_launch(pick_scan_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, masks, parts, nb);
+    if (e == cudaSuccess) e = k_launch(pick_mass_kernel, grid, PK_THREADS, 0, s, logits, ld, V, rows, masks, parts, nb);
+    if (e == cudaSuccess) e = k_launch(pick_final_kernel, (unsigned)n, PK_THREADS, 0, s, logits, ld, V, rows, masks, (const pk_part *)parts, nb, out);
     return e;
 }

@@ -32,6 +32,14 @@ struct pk_best_op {
 
 __host__ __device__ __forceinline__ int64_t pk_chunks(int64_t V) { return (V + PK_CHUNK - 1) / PK_CHUNK; }
 
+// The grid of a launch over every chunk of n rows: rows on x, chunks on y (V below 268M ids).
+static inline cudaError_t pk_chunk_grid(int64_t V, int n, dim3 *grid, int *nb) {
+    int64_t c = pk_chunks(V);
+    if (c > 65535) return cudaErrorInvalidValue;
+    *grid = dim3((unsigned)n, (unsigned)c), *nb = (int)c;
+    return cudaSuccess;
+}
+
 struct pk_max {
     template <typename T> __device__ __forceinline__ T operator()(const T &a, const T &b) const { return a > b ? a : b; }
 };
