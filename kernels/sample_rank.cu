@@ -3,7 +3,7 @@
 // Ranked rows: every token of a row gets a 64-bit key, the row in the top bits, then the logit's
 // bits in an order-preserving form (complemented: larger first; NaN as -inf, -0 as +0), then the
 // id (the lower first), so one ascending radix sort of all the rows' keys lists each row's tokens
-// in the host sampler's rank order (tokens outside the mask get the last logit code and sort after
+// in the host sampler's rank order (rows with a small top-k: their first ranks alone, below) (tokens outside the mask get the last logit code and sort after
 // the allowed ones). z = logit / temperature is the same for equal logits and p = exp(z - max) never
 // reorders finite ones, so this is also the order the host ranks probabilities in; only tokens whose
 // p underflows to 0 (no mass) may be ordered differently. One block per row then walks its sorted
@@ -17,6 +17,7 @@
 //
 #include "sample.cuh"
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -30,16 +31,62 @@ __device__ __forceinline__ uint32_t rk_code(float l) {
     return order_key(l == 0.0f ? 0.0f : l);
 }
 
+// Token v's key within its row: ~code (the larger logit first; outside the mask last), then the id.
+__device__ __forceinline__ uint64_t rk_key(const float *l, const uint32_t *mask, int64_t v, int id_bits) {
+    uint32_t code = pk_allowed(mask, v) ? ~rk_code(l[v]) : 0xFFFFFFFFu;
+    return ((uint64_t)code << id_bits) | (uint64_t)v;
+}
+
 __global__ void __launch_bounds__(RK_THREADS) rank_keys_kernel(uint64_t *keys, const float *logits, int64_t ld, int64_t V,
                                                                const rank_row_t *rows, const uint32_t *masks, int id_bits) {
     pdl_begin();
     const rank_row_t pr = rows[blockIdx.y];
     const float *l = logits + pr.row * ld;
     const uint32_t *mask = pr.mask_off >= 0 ? masks + pr.mask_off : NULL;
-    for (int64_t v = (int64_t)blockIdx.x * RK_THREADS + threadIdx.x; v < V; v += (int64_t)gridDim.x * RK_THREADS) {
-        uint32_t code = pk_allowed(mask, v) ? ~rk_code(l[v]) : 0xFFFFFFFFu; /* ~code: the larger logit first */
-        keys[blockIdx.y * V + v] = ((uint64_t)blockIdx.y << (32 + id_bits)) | ((uint64_t)code << id_bits) | (uint64_t)v;
+    for (int64_t v = (int64_t)blockIdx.x * RK_THREADS + threadIdx.x; v < V; v += (int64_t)gridDim.x * RK_THREADS)
+        keys[blockIdx.y * V + v] = ((uint64_t)blockIdx.y << (32 + id_bits)) | rk_key(l, mask, v, id_bits);
+}
+
+// Rows with 0 < top_k <= K_RANK_FIRST walk their first K_RANK_FIRST ranks only, found without
+// sorting the row: each chunk of PK_CHUNK ids (sample.cuh) sorts its keys in shared memory and
+// keeps its first K_RANK_FIRST (a token among the row's first is among its chunk's first), then
+// one block per row sorts the chunks' lists (at most PK_CHUNK keys: k_pick_ranked_first_ok) and
+// keeps the first K_RANK_FIRST: the row's, in rank order.
+typedef cub::BlockRadixSort<uint64_t, PK_THREADS, PK_RUN> rk_block_sort_t;
+
+// The block's PK_CHUNK keys (thread t: t * PK_RUN ..), sorted; the first K_RANK_FIRST to `to`.
+__device__ void rk_sort_firsts(rk_block_sort_t::TempStorage &tmp, uint64_t (&key)[PK_RUN], int id_bits, uint64_t *to) {
+    rk_block_sort_t(tmp).Sort(key, 0, 32 + id_bits); /* blocked: thread t holds ranks t * PK_RUN .. */
+#pragma unroll
+    for (int i = 0; i < PK_RUN; i++) {
+        int r = threadIdx.x * PK_RUN + i;
+        if (r < K_RANK_FIRST) to[r] = key[i];
     }
+}
+
+__global__ void __launch_bounds__(PK_THREADS) rank_chunk_kernel(uint64_t *firsts, const float *logits, int64_t ld, int64_t V,
+                                                                const rank_row_t *rows, const uint32_t *masks, int id_bits, int nb) {
+    pdl_begin();
+    __shared__ rk_block_sort_t::TempStorage tmp;
+    const rank_row_t pr = rows[blockIdx.x];
+    const float *l = logits + pr.row * ld;
+    const uint32_t *mask = pr.mask_off >= 0 ? masks + pr.mask_off : NULL;
+    int64_t v0 = (int64_t)blockIdx.y * PK_CHUNK + threadIdx.x * PK_RUN;
+    uint64_t key[PK_RUN];
+#pragma unroll
+    for (int i = 0; i < PK_RUN; i++) key[i] = v0 + i < V ? rk_key(l, mask, v0 + i, id_bits) : ~0ull; /* past V: after every token */
+    rk_sort_firsts(tmp, key, id_bits, firsts + ((int64_t)blockIdx.x * nb + blockIdx.y) * K_RANK_FIRST);
+}
+
+__global__ void __launch_bounds__(PK_THREADS) rank_merge_kernel(uint64_t *sorted, const uint64_t *firsts, int id_bits, int nb) {
+    pdl_begin();
+    __shared__ rk_block_sort_t::TempStorage tmp;
+    const uint64_t *f = firsts + (int64_t)blockIdx.x * nb * K_RANK_FIRST;
+    int x0 = threadIdx.x * PK_RUN, total = nb * K_RANK_FIRST;
+    uint64_t key[PK_RUN];
+#pragma unroll
+    for (int i = 0; i < PK_RUN; i++) key[i] = x0 + i < total ? f[x0 + i] : ~0ull;
+    rk_sort_firsts(tmp, key, id_bits, sorted + (int64_t)blockIdx.x * K_RANK_FIRST);
 }
 
 typedef cub::BlockScan<double, RK_THREADS> rk_scan_t;
@@ -112,12 +159,13 @@ __device__ int64_t rk_min_p(const uint64_t *k, int64_t n, int id_bits, double te
     return lo;
 }
 
-__global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *keys, int64_t V, const rank_row_t *rows,
+// keys: row i's sorted keys at keys + i * ldk, at least its min(top_k, allowed) first ranks.
+__global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *keys, int64_t ldk, const rank_row_t *rows,
                                                                int id_bits, int32_t *out) {
     pdl_begin();
     __shared__ rk_shared sh;
     const rank_row_t pr = rows[blockIdx.x];
-    const uint64_t *k = keys + blockIdx.x * V;
+    const uint64_t *k = keys + blockIdx.x * ldk;
     int64_t n = pr.allowed;
     if (n <= 0) {
         if (threadIdx.x == 0) out[pr.slot] = -1;
@@ -149,11 +197,36 @@ __global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *k
     if (threadIdx.x == 0) out[pr.slot] = (int32_t)(k[at < n ? at : n - 1] & ((1ull << id_bits) - 1));
 }
 
+static int id_bits_of(int64_t V) {
+    int b = 1;
+    while ((1ll << b) < V) b++;
+    return b;
+}
+
+extern "C" int k_pick_ranked_first_ok(int64_t V) { return V > 0 && pk_chunks(V) * K_RANK_FIRST <= PK_CHUNK && V < (1ll << 31); }
+
+extern "C" size_t k_pick_ranked_first_scratch(int64_t V, int n) {
+    return (size_t)n * (size_t)(pk_chunks(V) + 1) * K_RANK_FIRST * sizeof(uint64_t);
+}
+
+extern "C" cudaError_t k_pick_ranked_first(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
+                                           const uint32_t *masks, void *scratch, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    if (!k_pick_ranked_first_ok(V)) return cudaErrorInvalidValue;
+    dim3 grid;
+    int nb, id_bits = id_bits_of(V);
+    cudaError_t e = pk_chunk_grid(V, n, &grid, &nb);
+    uint64_t *firsts = (uint64_t *)scratch, *sorted = firsts + (int64_t)n * nb * K_RANK_FIRST;
+    if (e == cudaSuccess) e = k_launch(rank_chunk_kernel, grid, PK_THREADS, 0, s, firsts, logits, ld, V, rows, masks, id_bits, nb);
+    if (e == cudaSuccess) e = k_launch(rank_merge_kernel, (unsigned)n, PK_THREADS, 0, s, sorted, (const uint64_t *)firsts, id_bits, nb);
+    if (e == cudaSuccess) e = k_launch(rank_pick_kernel, (unsigned)n, RK_THREADS, 0, s, (const uint64_t *)sorted, (int64_t)K_RANK_FIRST, rows, id_bits, out);
+    return e;
+}
+
 extern "C" cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
                                      const uint32_t *masks, uint64_t *keys, uint64_t *sorted, void *sort_tmp,
                                      size_t *sort_tmp_bytes, cudaStream_t s) {
-    int id_bits = 1, row_bits = 1;
-    while ((1ll << id_bits) < V) id_bits++;
+    int id_bits = id_bits_of(V), row_bits = 1;
     while ((1 << row_bits) < n) row_bits++;
     int64_t items = (int64_t)n * V;
     if (!sort_tmp) /* the size query */

@@ -1,8 +1,9 @@
 /* The pick op on the CUDA backend: every row chooses on the device, so only token ids (and the
  * log-probabilities asked for) cross to the host. Greedy rows and temperature rows that walk in id
  * order (no top-k below their allowed count, no top-p) take kernels/sample.cu; rows that rank their
- * tokens (top-k, top-p) take kernels/sample_rank.cu, in launches of at most RANK_ROWS rows (its sort
- * holds two 8-byte keys per token of each row); log-probabilities follow from the chosen tokens.
+ * tokens (top-k, top-p) take kernels/sample_rank.cu: those with a top-k of at most K_RANK_FIRST from
+ * their first ranks, the others in launches of at most RANK_ROWS rows (its sort holds two 8-byte
+ * keys per token of each row); log-probabilities (kernels/logprob.cu) follow from the chosen tokens.
  * A row the device hands back (its largest z is not finite) takes the host sampler (the reference)
  * on its downloaded logits. */
 #include "backend_cuda_internal.h"
@@ -33,9 +34,25 @@ static bool ranks(const sampler_params_t *sp, const uint32_t *mask, int64_t V, i
     return (sp->top_k > 0 && sp->top_k < *allowed) || sp->top_p < 1.0;
 }
 
-/* The ranked rows tab[0..n) in launches of RANK_ROWS. */
+/* The ranked rows tab[0..n): those whose top-k is at most K_RANK_FIRST from their first ranks
+ * alone, in one launch; the others in launches of RANK_ROWS, each sorting its rows whole. */
 static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, const uint32_t *dmasks, int32_t *dout) {
-    int64_t V = logits.cols, most = n < RANK_ROWS ? n : RANK_ROWS;
+    int64_t V = logits.cols;
+    int nf = 0;
+    for (int i = 0; i < n; i++) /* the first-ranks rows to the front */
+        if (tab[i].top_k > 0 && tab[i].top_k <= K_RANK_FIRST && k_pick_ranked_first_ok(V)) {
+            rank_row_t t = tab[nf];
+            tab[nf++] = tab[i], tab[i] = t;
+        }
+    if (nf) {
+        const rank_row_t *dtab = cu_upload_table(c, tab, (size_t)nf * sizeof *tab);
+        void *scratch = cu_scratch(c, k_pick_ranked_first_scratch(V, nf));
+        CU(k_pick_ranked_first(dout, logits.ptr, logits.ld, V, dtab, nf, dmasks, scratch, c->stream));
+        cu_release_scratch(c, (void *)dtab), cu_release_scratch(c, scratch);
+    }
+    tab += nf, n -= nf;
+    if (n <= 0) return;
+    int64_t most = n < RANK_ROWS ? n : RANK_ROWS;
     size_t tmp_bytes = 0;
     CU(k_pick_ranked(NULL, NULL, 0, V, NULL, (int)most, NULL, NULL, NULL, NULL, &tmp_bytes, c->stream));
     uint64_t *keys = cu_scratch(c, (size_t)(most * V) * sizeof *keys), *sorted = cu_scratch(c, (size_t)(most * V) * sizeof *sorted);
