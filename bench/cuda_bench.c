@@ -343,11 +343,22 @@ static void prefill_point(bench_t *b, const model_t *m, int64_t len, int n, bool
 /* ---- sampling ----------------------------------------------------------------------------------- */
 /* The pick op for B rows of one kind (the best of 5 after a warm-up; the tokens come back to the
  * host inside the time), and the host sampler on the same rows. Logits uniform in [0, 16): a
- * flat distribution, the worst case for top-p (it keeps most of the vocabulary). */
-static void sample_point(backend_t *bk, int B, const char *kind, sampler_params_t sp) {
+ * flat distribution, the worst case for top-p (it keeps most of the vocabulary); peaked: 16
+ * tokens of each row 40 higher, so that the nucleus is a few tokens, as a language model's
+ * usually is. */
+static void sample_point(backend_t *bk, int B, const char *kind, sampler_params_t sp, bool peaked) {
     int64_t Vc = 129280;
     bk_tensor_t l = V(bk, (int64_t)B * Vc, 0.0f, 16.0f);
     l.rows = B, l.cols = Vc, l.ld = Vc;
+    if (peaked) {
+        float *h = xmalloc((size_t)B * (size_t)Vc * sizeof *h);
+        bk->download(bk, h, l);
+        uint64_t x = 12345;
+        for (int i = 0; i < B; i++)
+            for (int j = 0; j < 16; j++) x = x * 6364136223846793005ull + 1442695040888963407ull, h[(size_t)i * Vc + (x >> 33) % Vc] += 40.0f;
+        bk->upload(bk, l, h);
+        free(h);
+    }
     bk_pick_t *rows = xcalloc((size_t)B, sizeof *rows);
     uint32_t *tok = xcalloc((size_t)B, sizeof *tok);
     frame_logprob_t *lp = xcalloc((size_t)B, sizeof *lp);
@@ -379,15 +390,18 @@ static void sample_points(backend_t *bk, const int64_t *batches, int nb) {
     static const struct {
         const char *name;
         sampler_params_t sp;
+        bool peaked;
     } kinds[] = {
-        {"greedy", {.temperature = 0, .top_p = 1}},
-        {"temperature 1", {.temperature = 1, .top_p = 1, .seed = 7}},
-        {"top-k 50, temperature 0.7", {.temperature = 0.7, .top_k = 50, .top_p = 1, .seed = 7}},
-        {"top-p 0.95, temperature 0.7", {.temperature = 0.7, .top_p = 0.95, .seed = 7}},
-        {"greedy + 5 top log-probabilities", {.temperature = 0, .top_p = 1, .logprobs = true, .top_logprobs = 5}},
+        {"greedy", {.temperature = 0, .top_p = 1}, false},
+        {"temperature 1", {.temperature = 1, .top_p = 1, .seed = 7}, false},
+        {"top-k 50, temperature 0.7", {.temperature = 0.7, .top_k = 50, .top_p = 1, .seed = 7}, false},
+        {"top-p 0.95, temperature 0.7", {.temperature = 0.7, .top_p = 0.95, .seed = 7}, false},
+        {"top-p 0.95, temperature 0.7, peaked", {.temperature = 0.7, .top_p = 0.95, .seed = 7}, true},
+        {"greedy + 5 top log-probabilities", {.temperature = 0, .top_p = 1, .logprobs = true, .top_logprobs = 5}, false},
     };
     for (int i = 0; i < nb; i++)
-        for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) sample_point(bk, (int)batches[i], kinds[k].name, kinds[k].sp);
+        for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+            sample_point(bk, (int)batches[i], kinds[k].name, kinds[k].sp, kinds[k].peaked);
 }
 
 static void parse_list(const char *s, int64_t *v, int *n, int max) {

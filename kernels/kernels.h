@@ -379,12 +379,14 @@ cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t ld, int64_t
                           const uint32_t *masks, uint64_t *keys, uint64_t *sorted, void *sort_tmp, size_t *sort_tmp_bytes,
                           cudaStream_t s);
 /* The same for rows with 0 < top_k <= K_RANK_FIRST without sorting whole rows (when
- * k_pick_ranked_first_ok(V): up to 32 chunks of 4,096 ids); scratch: k_pick_ranked_first_scratch(V, n) bytes. */
+ * k_pick_ranked_first_ok(V): up to 32 chunks of 4,096 ids), or (top_p_rows) for rows with top-p
+ * and no top-k below their allowed count, which answer -3 when their nucleus is not among their
+ * first K_RANK_FIRST ranks (the caller then sorts them whole); scratch: k_pick_ranked_first_scratch(V, n) bytes. */
 #define K_RANK_FIRST 128
 int k_pick_ranked_first_ok(int64_t V);
 size_t k_pick_ranked_first_scratch(int64_t V, int n);
 cudaError_t k_pick_ranked_first(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
-                                const uint32_t *masks, void *scratch, cudaStream_t s);
+                                const uint32_t *masks, int top_p_rows, void *scratch, cudaStream_t s);
 /* Row i: log-softmax of logits row rows[i].row at the token chosen[rows[i].slot] (skipped when
  * negative) and the n_top most likely tokens (sampler.h's log-probabilities) -> out[i]. */
 #define K_MAX_TOP 32 /* = FRAME_MAX_TOP */

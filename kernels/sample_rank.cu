@@ -159,9 +159,34 @@ __device__ int64_t rk_min_p(const uint64_t *k, int64_t n, int id_bits, double te
     return lo;
 }
 
-// keys: row i's sorted keys at keys + i * ldk, at least its min(top_k, allowed) first ranks.
+// Top-p rows (n = allowed) from their first ranks too: each chunk's mass (p of its allowed
+// tokens, the row's max from its first rank) gives the row's total, and when the first
+// K_RANK_FIRST ranks reach top_p of it the nucleus is among them; otherwise the row answers -3
+// and the caller sorts it whole. The total's grouping (chunks in id order) differs from the
+// sorted walk's, as any grouping does from the host's (about 1e-16).
+__global__ void __launch_bounds__(PK_THREADS) rank_mass_kernel(double *masses, const uint64_t *sorted, const float *logits, int64_t ld,
+                                                               int64_t V, const rank_row_t *rows, const uint32_t *masks, int id_bits,
+                                                               int nb) {
+    pdl_begin();
+    typedef cub::BlockReduce<double, PK_THREADS> sum_t;
+    __shared__ sum_t::TempStorage tmp;
+    const rank_row_t pr = rows[blockIdx.x];
+    double mx = pk_z(float_of_order_key(~(uint32_t)(sorted[(int64_t)blockIdx.x * K_RANK_FIRST] >> id_bits)), pr.temperature);
+    if (!isfinite(mx)) return; /* the pick hands the row back */
+    const float *l = logits + pr.row * ld;
+    const uint32_t *mask = pr.mask_off >= 0 ? masks + pr.mask_off : NULL;
+    int64_t lo = (int64_t)blockIdx.y * PK_CHUNK, hi = min(V, lo + PK_CHUNK);
+    double mass = 0;
+    for (int64_t v = lo + threadIdx.x; v < hi; v += PK_THREADS)
+        if (pk_allowed(mask, v)) mass += exp(pk_z(l[v], pr.temperature) - mx);
+    mass = sum_t(tmp).Sum(mass);
+    if (threadIdx.x == 0) masses[(int64_t)blockIdx.x * nb + blockIdx.y] = mass;
+}
+
+// keys: row i's sorted keys at keys + i * ldk, at least its min(top_k, allowed) first ranks, or
+// (masses: its chunks' masses, nb a row) its first ldk ranks of a top-p row.
 __global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *keys, int64_t ldk, const rank_row_t *rows,
-                                                               int id_bits, int32_t *out) {
+                                                               int id_bits, const double *masses, int nb, int32_t *out) {
     pdl_begin();
     __shared__ rk_shared sh;
     const rank_row_t pr = rows[blockIdx.x];
@@ -178,10 +203,27 @@ __global__ void __launch_bounds__(RK_THREADS) rank_pick_kernel(const uint64_t *k
     }
     if (pr.top_k > 0 && pr.top_k < n) n = pr.top_k;
     double total;
-    rk_cross(sh, k, n, id_bits, pr.temperature, mx, INFINITY, false, &total);
-    if (pr.top_p < 1.0) {
-        int64_t at = rk_cross(sh, k, n, id_bits, pr.temperature, mx, pr.top_p * total, false, &total);
-        n = at < n ? at + 1 : n;
+    if (masses) { /* a top-p row's first ldk ranks: the total from its chunks, the nucleus among them or -3 */
+        __shared__ double sh_total;
+        if (threadIdx.x == 0) {
+            double t = 0;
+            for (int c = 0; c < nb; c++) t += masses[(int64_t)blockIdx.x * nb + c];
+            sh_total = t;
+        }
+        __syncthreads();
+        int64_t avail = n < ldk ? n : ldk;
+        int64_t at = rk_cross(sh, k, avail, id_bits, pr.temperature, mx, pr.top_p * sh_total, false, &total);
+        if (at >= avail && avail < n) {
+            if (threadIdx.x == 0) out[pr.slot] = -3;
+            return;
+        }
+        n = at < avail ? at + 1 : avail;
+    } else {
+        rk_cross(sh, k, n, id_bits, pr.temperature, mx, INFINITY, false, &total);
+        if (pr.top_p < 1.0) {
+            int64_t at = rk_cross(sh, k, n, id_bits, pr.temperature, mx, pr.top_p * total, false, &total);
+            n = at < n ? at + 1 : n;
+        }
     }
     if (pr.min_p > 0) {
         if (threadIdx.x == 0) sh.at = rk_min_p(k, n, id_bits, pr.temperature, mx, pr.min_p);
@@ -206,20 +248,25 @@ static int id_bits_of(int64_t V) {
 extern "C" int k_pick_ranked_first_ok(int64_t V) { return V > 0 && pk_chunks(V) * K_RANK_FIRST <= PK_CHUNK && V < (1ll << 31); }
 
 extern "C" size_t k_pick_ranked_first_scratch(int64_t V, int n) {
-    return (size_t)n * (size_t)(pk_chunks(V) + 1) * K_RANK_FIRST * sizeof(uint64_t);
+    return (size_t)n * ((size_t)(pk_chunks(V) + 1) * K_RANK_FIRST * sizeof(uint64_t) + (size_t)pk_chunks(V) * sizeof(double));
 }
 
 extern "C" cudaError_t k_pick_ranked_first(int32_t *out, const float *logits, int64_t ld, int64_t V, const rank_row_t *rows, int n,
-                                           const uint32_t *masks, void *scratch, cudaStream_t s) {
+                                           const uint32_t *masks, int top_p_rows, void *scratch, cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
     if (!k_pick_ranked_first_ok(V)) return cudaErrorInvalidValue;
     dim3 grid;
     int nb, id_bits = id_bits_of(V);
     cudaError_t e = pk_chunk_grid(V, n, &grid, &nb);
     uint64_t *firsts = (uint64_t *)scratch, *sorted = firsts + (int64_t)n * nb * K_RANK_FIRST;
+    double *masses = top_p_rows ? (double *)(sorted + (int64_t)n * K_RANK_FIRST) : NULL;
     if (e == cudaSuccess) e = k_launch(rank_chunk_kernel, grid, PK_THREADS, 0, s, firsts, logits, ld, V, rows, masks, id_bits, nb);
     if (e == cudaSuccess) e = k_launch(rank_merge_kernel, (unsigned)n, PK_THREADS, 0, s, sorted, (const uint64_t *)firsts, id_bits, nb);
-    if (e == cudaSuccess) e = k_launch(rank_pick_kernel, (unsigned)n, RK_THREADS, 0, s, (const uint64_t *)sorted, (int64_t)K_RANK_FIRST, rows, id_bits, out);
+    if (e == cudaSuccess && masses)
+        e = k_launch(rank_mass_kernel, grid, PK_THREADS, 0, s, masses, (const uint64_t *)sorted, logits, ld, V, rows, masks, id_bits, nb);
+    if (e == cudaSuccess)
+        e = k_launch(rank_pick_kernel, (unsigned)n, RK_THREADS, 0, s, (const uint64_t *)sorted, (int64_t)K_RANK_FIRST, rows, id_bits,
+                     (const double *)masses, nb, out);
     return e;
 }
 
@@ -234,6 +281,7 @@ extern "C" cudaError_t k_pick_ranked(int32_t *out, const float *logits, int64_t 
     if (n <= 0) return cudaSuccess;
     cudaError_t e = k_launch(rank_keys_kernel, dim3((unsigned)ceil_div(V, RK_THREADS * 8), (unsigned)n), dim3(RK_THREADS), 0, s, keys, logits, ld, V, rows, masks, id_bits);
     if (e == cudaSuccess) e = cub::DeviceRadixSort::SortKeys(sort_tmp, *sort_tmp_bytes, keys, sorted, items, 0, 32 + id_bits + row_bits, s);
-    if (e == cudaSuccess) e = k_launch(rank_pick_kernel, dim3((unsigned)n), dim3(RK_THREADS), 0, s, (const uint64_t *)sorted, V, rows, id_bits, out);
+    if (e == cudaSuccess)
+        e = k_launch(rank_pick_kernel, dim3((unsigned)n), dim3(RK_THREADS), 0, s, (const uint64_t *)sorted, V, rows, id_bits, (const double *)NULL, 0, out);
     return e;
 }

@@ -34,20 +34,36 @@ static bool ranks(const sampler_params_t *sp, const uint32_t *mask, int64_t V, i
     return (sp->top_k > 0 && sp->top_k < *allowed) || sp->top_p < 1.0;
 }
 
-/* The ranked rows tab[0..n): those whose top-k is at most K_RANK_FIRST from their first ranks
- * alone, in one launch; the others in launches of RANK_ROWS, each sorting its rows whole. */
-static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, const uint32_t *dmasks, int32_t *dout) {
-    int64_t V = logits.cols;
-    int nf = 0;
-    for (int i = 0; i < n; i++) /* the first-ranks rows to the front */
-        if (tab[i].top_k > 0 && tab[i].top_k <= K_RANK_FIRST && k_pick_ranked_first_ok(V)) {
-            rank_row_t t = tab[nf];
-            tab[nf++] = tab[i], tab[i] = t;
+/* Rows of tab[0..n) that take their first ranks (when not `whole`): a top-k of at most
+ * K_RANK_FIRST, or top-p with no top-k below the allowed count (which answers -3 when its
+ * nucleus is past those ranks) to the front; their count in *nf, the top-k ones in *nk. */
+static void first_rows(rank_row_t *tab, int n, int64_t V, bool whole, int *nk, int *nf) {
+    *nk = *nf = 0;
+    if (whole || !k_pick_ranked_first_ok(V)) return;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = *nf; i < n; i++) {
+            bool topk = tab[i].top_k > 0 && tab[i].top_k <= K_RANK_FIRST;
+            bool topp = tab[i].top_p < 1.0 && (tab[i].top_k <= 0 || tab[i].top_k >= tab[i].allowed);
+            if (pass == 0 ? !topk : !topp || topk) continue;
+            rank_row_t t = tab[*nf];
+            tab[(*nf)++] = tab[i], tab[i] = t;
         }
-    if (nf) {
-        const rank_row_t *dtab = cu_upload_table(c, tab, (size_t)nf * sizeof *tab);
-        void *scratch = cu_scratch(c, k_pick_ranked_first_scratch(V, nf));
-        CU(k_pick_ranked_first(dout, logits.ptr, logits.ld, V, dtab, nf, dmasks, scratch, c->stream));
+    for (int i = 0; i < *nf; i++) *nk += tab[i].top_k > 0 && tab[i].top_k <= K_RANK_FIRST;
+}
+
+/* The ranked rows tab[0..n): those that take their first ranks in a launch a kind, the others
+ * (all when `whole`) in launches of RANK_ROWS, each sorting its rows whole. */
+static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, const uint32_t *dmasks, int32_t *dout, bool whole) {
+    int64_t V = logits.cols;
+    int nk, nf;
+    first_rows(tab, n, V, whole, &nk, &nf);
+    for (int kind = 0; kind < 2; kind++) { /* top-k rows, then top-p rows */
+        const rank_row_t *t = kind ? tab + nk : tab;
+        int m = kind ? nf - nk : nk;
+        if (!m) continue;
+        const rank_row_t *dtab = cu_upload_table(c, t, (size_t)m * sizeof *t);
+        void *scratch = cu_scratch(c, k_pick_ranked_first_scratch(V, m));
+        CU(k_pick_ranked_first(dout, logits.ptr, logits.ld, V, dtab, m, dmasks, kind, scratch, c->stream));
         cu_release_scratch(c, (void *)dtab), cu_release_scratch(c, scratch);
     }
     tab += nf, n -= nf;
@@ -64,6 +80,26 @@ static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, c
         cu_release_scratch(c, (void *)dtab);
     }
     cu_release_scratch(c, keys), cu_release_scratch(c, sorted), cu_release_scratch(c, tmp);
+}
+
+/* The log-probabilities of rows lpr[0..nl) at the chosen tokens dout into dlp. */
+static void logprobs(cuda_t *c, bk_tensor_t logits, const logprob_row_t *lpr, int nl, const int32_t *dout, logprob_out_t *dlp) {
+    if (!nl) return;
+    const logprob_row_t *dlpr = cu_upload_table(c, lpr, (size_t)nl * sizeof *lpr);
+    void *parts = cu_scratch(c, k_logprobs_scratch(logits.cols, nl));
+    CU(k_logprobs(dlp, logits.ptr, logits.ld, logits.cols, dlpr, nl, dout, parts, c->stream));
+    cu_release_scratch(c, (void *)dlpr), cu_release_scratch(c, parts);
+}
+
+/* The answers on the host, through page-locked memory (a copy to pageable memory waits on a
+ * staging copy): n tokens into got, nl log-probability entries into lps. */
+static void collect(cuda_t *c, const int32_t *dout, int32_t *got, int n, const logprob_out_t *dlp, logprob_out_t *lps, int nl) {
+    size_t got_bytes = (size_t)n * sizeof *got, lps_bytes = (size_t)nl * sizeof *lps;
+    uint8_t *room = cu_pinned_room(c, got_bytes + lps_bytes);
+    CU(cudaMemcpyAsync(room ? room : (uint8_t *)got, dout, got_bytes, cudaMemcpyDeviceToHost, c->stream));
+    if (nl) CU(cudaMemcpyAsync(room ? room + got_bytes : (uint8_t *)lps, dlp, lps_bytes, cudaMemcpyDeviceToHost, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    if (room) memcpy(got, room, got_bytes), memcpy(lps, room + got_bytes, lps_bytes);
 }
 
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
@@ -107,20 +143,25 @@ void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sa
         CU(k_pick(dout, logits.ptr, logits.ld, V, dwalk, nw, dmasks, parts, c->stream));
         cu_release_scratch(c, (void *)dwalk), cu_release_scratch(c, parts);
     }
-    if (nr) pick_ranked(c, logits, rank, nr, dmasks, dout);
-    if (nl) {
-        const logprob_row_t *dlpr = cu_upload_table(c, lpr, (size_t)nl * sizeof *lpr);
-        void *parts = cu_scratch(c, k_logprobs_scratch(V, nl));
-        CU(k_logprobs(dlp, logits.ptr, logits.ld, V, dlpr, nl, dout, parts, c->stream));
-        cu_release_scratch(c, (void *)dlpr), cu_release_scratch(c, parts);
+    if (nr) pick_ranked(c, logits, rank, nr, dmasks, dout, false);
+    logprobs(c, logits, lpr, nl, dout, dlp);
+    collect(c, dout, got, n, dlp, lps, nl);
+    /* top-p rows whose nucleus was past their first ranks (-3): sorted whole, with their log-probabilities */
+    int nre = 0, nl2 = 0;
+    for (int j = 0; j < nr; j++)
+        if (got[rank[j].slot] == -3) rank[nre++] = rank[j];
+    if (nre) {
+        logprob_row_t *lpr2 = xmalloc((size_t)nl * sizeof *lpr2 + 1);
+        int *at = xmalloc((size_t)nl * sizeof *at + 1);
+        for (int j = 0; j < nl; j++)
+            if (got[lpr[j].slot] == -3) at[nl2] = j, lpr2[nl2++] = lpr[j];
+        pick_ranked(c, logits, rank, nre, dmasks, dout, true);
+        logprobs(c, logits, lpr2, nl2, dout, dlp);
+        logprob_out_t *lps2 = xmalloc((size_t)nl2 * sizeof *lps2 + 1);
+        collect(c, dout, got, n, dlp, lps2, nl2);
+        for (int j = 0; j < nl2; j++) lps[at[j]] = lps2[j];
+        free(lpr2), free(at), free(lps2);
     }
-    /* the answers through page-locked memory: a copy to pageable memory waits on a staging copy */
-    size_t got_bytes = (size_t)n * sizeof *got, lps_bytes = (size_t)nl * sizeof *lps;
-    uint8_t *room = cu_pinned_room(c, got_bytes + lps_bytes);
-    CU(cudaMemcpyAsync(room ? room : (uint8_t *)got, dout, got_bytes, cudaMemcpyDeviceToHost, c->stream));
-    if (nl) CU(cudaMemcpyAsync(room ? room + got_bytes : (uint8_t *)lps, dlp, lps_bytes, cudaMemcpyDeviceToHost, c->stream));
-    CU(cudaStreamSynchronize(c->stream));
-    if (room) memcpy(got, room, got_bytes), memcpy(lps, room + got_bytes, lps_bytes);
     cu_prof_end(c);
     if (dmasks) cu_release_scratch(c, (void *)dmasks);
     cu_release_scratch(c, dout);

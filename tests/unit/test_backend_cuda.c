@@ -1638,6 +1638,8 @@ static void pick_case(int64_t V, int rows) {
         if (kind == 2 || kind == 13) for (int64_t v = 0; v < V; v += 3) x[v] = NAN;
         if (kind == 7) for (int64_t v = 0; v < V; v++) x[v] = v % 2 ? -INFINITY : NAN;
         if (kind == 6 && (r / 16) % 2) x[V / 2] = INFINITY; /* no finite z under min-p: none kept */
+        if ((kind == 10 || kind == 14) && (r / 16) % 2) /* peaked: the nucleus among a few tokens (top-p from first ranks) */
+            for (int j = 0; j < 20; j++) x[t_rnd() % V] += 15.0f;
         uint32_t *m = masks + (size_t)r * (size_t)words;
         for (int64_t v = 0; v < V; v++)
             if (masked == 2 ? t_rnd() % 4 != 0 : t_rnd() % 997 == 0) m[v >> 5] |= 1u << (v & 31);
