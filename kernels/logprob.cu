@@ -55,7 +55,7 @@ __device__ float lp_row_max(lp_tmp &tmp, const lp_part *part, int nb) {
 }
 
 // The best of a block's candidates (each thread's own best, already restricted to the tokens
-// ranking after the previous pick), written to *to by thread 0; every thread gets it.
+// ranking after the previous pick), shared through thread 0; every thread gets it.
 __device__ pk_best lp_best(lp_tmp &tmp, pk_best mine) {
     __shared__ pk_best sh_best;
     mine = lp_best_t(tmp.best).Reduce(mine, pk_best_op());
