@@ -490,8 +490,11 @@ int main(int argc, char **argv) {
             }
             free(copy);
         }
+        for (int prec = 0; prec < 2; prec++) { /* where the time goes, in each precision */
+            backend_cuda_precision(bk, precs[prec].p);
+            prefill_point(&b, &m, 8192, 1, true, precs[prec].name);
+        }
         backend_cuda_precision(bk, CUDA_BF16X3);
-        prefill_point(&b, &m, 8192, 1, true, "bf16x3");
     }
     model_close(&m);
     if (sample) sample_points(bk, batches, nb);

@@ -107,6 +107,11 @@ int k_matmul_fast_ok(const kw_t *w);
  * split over its warps), the one that can route. */
 int k_matmul_rows_ok(const mm_args_t *a);
 cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s);
+/* A narrow F32 weight (at most 24 outputs: the mHC mixes) over many positions, unsplit
+ * (matmul_narrow.cu): k_matmul_simt's unsplit bits; k_matmul_simt hands its position-chunked
+ * launches of such weights to it. */
+int k_matmul_narrow_ok(const mm_args_t *a);
+cudaError_t k_matmul_narrow(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores (wgmma bf16, sm_90a); FP8/FP4 weights (FP4 with E8M0 scales) with k a multiple of
  * 32, block_cols 32, or BF16 weights with k a multiple of 8. Blocks of K_TC_ROWS outputs by
  * K_TC_POSITIONS positions (half as many with three activation pieces); split_k a multiple of 64. */

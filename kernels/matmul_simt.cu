@@ -409,6 +409,7 @@ template <bool ROUTE> static cudaError_t rows_launch(const mm_args_t *a, dim3 gr
 extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
     if (a->route.idx && (!k_matmul_rows_ok(a) || !a->counters || a->n > 0x7FFFFFFF)) return cudaErrorInvalidValue;
     if (a->n <= 0 || (a->wtab ? a->max_active : a->m) <= 0) return cudaSuccess;
+    if (a->pos_chunk && k_matmul_narrow_ok(a)) return k_matmul_narrow(a, s);
     unsigned groups = a->wtab ? (unsigned)a->max_active : 1;
     if (!k_matmul_fast_ok(&a->w)) {
         if (a->splits > 1 || a->x_group_n) return cudaErrorInvalidValue;

@@ -196,6 +196,52 @@ static void test_matmul(void) {
     }
 }
 
+/* A narrow F32 weight over more than 32 positions (the mHC mixes of a prefill: matmul_narrow.cu)
+ * against the CPU, and bit for bit the CUDA-core matmul's unsplit order emulated here: lane l adds
+ * the fused 16-column products of columns l * 16 + 512 j in ascending j, then the warp's
+ * butterfly (lane 0's sum). Reductions of 1,040 (a step of 16 columns at the end), 3,072 and
+ * 512; 24, 5 and 17 outputs (warps without one). */
+static void narrow_case(int64_t R, int64_t C, int64_t m, int64_t row0, int64_t n) {
+    matmul_case_at(WQ_F32, R, C, m, row0, n, 0);
+    weight_t w = make_weight(WQ_F32, R, C, 1);
+    float *x = t_rand_vec((size_t)(m * C), 1.0f);
+    pair_t tx = putf(x, m, C), o = out2(BK_F32, m, n);
+    gpu->matmul(gpu, o.g, tx.g, w.g, row0);
+    float *g = t_download(gpu, o.g);
+    int64_t same = 0;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j++) {
+            const float *wr = w.host.dense + (row0 + j) * C, *xr = x + r * C;
+            float v[32];
+            for (int l = 0; l < 32; l++) {
+                v[l] = 0.0f;
+                for (int64_t c = l * 16; c < C; c += 512) {
+                    float d = 0.0f;
+                    for (int i = 0; i < 16; i++) d = fmaf(wr[c + i], xr[c + i], d);
+                    v[l] += d;
+                }
+            }
+            for (int h = 16; h; h >>= 1) {
+                float u[32];
+                for (int l = 0; l < 32; l++) u[l] = v[l] + v[l ^ h];
+                memcpy(v, u, sizeof v);
+            }
+            same += !memcmp(&v[0], &g[r * n + j], 4);
+        }
+    CHECKF(same == m * n, "narrow %lldx%lld m %lld: %lld of %lld outputs the unsplit order's bits", (long long)R, (long long)C,
+           (long long)m, (long long)same, (long long)(m * n));
+    free(x), free(g);
+    free2(&tx), free2(&o);
+    free_weight(&w);
+}
+
+static void test_matmul_narrow(void) {
+    narrow_case(27, 1040, 70, 3, 24);
+    narrow_case(24, 3072, 100, 0, 24);
+    narrow_case(9, 512, 33, 4, 5);
+    narrow_case(40, 1024, 49, 20, 17);
+}
+
 /* FP8/FP4 weights at 1 to 32 positions on the tensor cores, 8 positions a pass (matmul_tcs), in
  * every tensor-core precision: positions in one pass, several and a part pass; 65 reduction
  * blocks of 32 (split in 5 ranges, 4 of 512 and one of 32) and 3 (1.5 steps, no split);
@@ -425,6 +471,7 @@ static void test_hc(void) {
     struct {
         int hc, D, m, iters;
     } cases[] = {{4, 37, 9, 1}, {4, 3037, 9, 20}, {4, 5120, 1, 20} /* decode: 20480 floats, one load each */,
+                 {4, 5120, 40, 20} /* prefill: a warp a row */, {3, 2000, 20, 20},
                  {3, 37, 2, 20} /* Sinkhorn of any hc, 4-byte loads */, {4, 8200, 2, 3} /* two passes of loads */,
                  {3, 1000, 3, 5}, {2, 64, 2, 5} /* expand: hc 2 and 3 with 16-byte loads */,
                  {6, 200, 2, 5}, {6, 37, 2, 5} /* expand: hc read at run time */};
@@ -437,6 +484,14 @@ static void test_hc(void) {
         gpu->hc_mix(gpu, coef.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters);
         cpu->hc_mix(cpu, coef.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters);
         compare(coef, 1e-5, "hc_mix");
+        if (m > 8) { /* many rows take a warp each (hc_mix.cu): the bits of the first 8 in the one-row-a-block form */
+            bk_tensor_t c8 = gpu->alloc(gpu, BK_F32, 8, nm);
+            gpu->hc_mix(gpu, c8, bk_rows(tm.g, 0, 8), bk_rows(tX.g, 0, 8), tb.g, ts.g, hc, 1e-20f, 1e-6f, iters);
+            float *a8 = t_download(gpu, c8), *all = t_download(gpu, coef.g);
+            CHECKF(!memcmp(a8, all, (size_t)(8 * nm) * 4), "hc %d D %d m %d: many rows differ from the one-row form", hc, D, m);
+            free(a8), free(all);
+            gpu->release(gpu, &c8);
+        }
         gpu->hc_mix(gpu, tm.g, tm.g, tX.g, tb.g, ts.g, hc, 1e-20f, 1e-6f, iters); /* in place */
         cpu->hc_mix(cpu, tm.c, tm.c, tX.c, tb.c, ts.c, hc, 1e-20f, 1e-6f, iters);
         compare(tm, 1e-5, "hc_mix in place");
@@ -1715,7 +1770,7 @@ int main(int argc, char **argv) {
         const char *name;
         void (*fn)(void);
     } cases[] = {
-        {"test_matmul", test_matmul}, {"test_matmul_tcs", test_matmul_tcs}, {"test_matmul_f32_scales", test_matmul_f32_scales}, {"test_matmul_grouped", test_matmul_grouped},
+        {"test_matmul", test_matmul}, {"test_matmul_tcs", test_matmul_tcs}, {"test_matmul_narrow", test_matmul_narrow}, {"test_matmul_f32_scales", test_matmul_f32_scales}, {"test_matmul_grouped", test_matmul_grouped},
         {"test_matmul_deterministic", test_matmul_deterministic}, {"test_matmul_walks", test_matmul_walks},
         {"test_matmul_batch_invariance", test_matmul_batch_invariance}, {"test_gather", test_gather},
         {"test_rmsnorm", test_rmsnorm}, {"test_rope", test_rope}, {"test_qat", test_qat}, {"test_hc", test_hc},
