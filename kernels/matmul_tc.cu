@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
     int64_t ncb = (a.k + 31) / 32;
     auto scale_col = [&](int kb) { return k_lo + kb * TC_BK + q * 16; }; // a k of the thread's 32-block
     // the raw scale words (float bits or an E8M0 byte), converted where a 64-block uses them: a
-    // conversion right after its load waited for it (ncu, run 117 of CUDA_NOTES: 13% of the stalls)
+    // conversion right after its load waited for it (ncu, run 116 of CUDA_NOTES: 13% of the stalls)
     uint32_t bsc[2] = {0, 0};
     auto load_scales = [&](int kb) {
         if constexpr (KIND == KW_BF16) return;
