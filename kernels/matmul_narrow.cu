@@ -19,7 +19,7 @@
 static_assert((MN_ROWS + MN_WARPS * MN_OUT) % (MN_WARPS * 32 / (MN_STEP / 4)) == 0, "whole copy rounds");
 
 extern "C" int k_matmul_narrow_ok(const mm_args_t *a) {
-    return a->w.kind == KW_F32 && a->n <= MN_WARPS * MN_OUT && a->k % 16 == 0 && (uintptr_t)a->w.data % 16 == 0 && !a->wtab &&
+    return a->w.kind == KW_F32 && a->n <= MN_WARPS * MN_OUT && a->k > 0 && a->k == a->w.cols && a->k % 16 == 0 && (uintptr_t)a->w.data % 16 == 0 && !a->wtab &&
            !a->x_rows && !a->x_group_n && a->splits == 1 && !a->partial && !a->route.idx && a->x_vec;
 }
 

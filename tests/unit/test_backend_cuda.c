@@ -199,8 +199,8 @@ static void test_matmul(void) {
 /* A narrow F32 weight over more than 32 positions (the mHC mixes of a prefill: matmul_narrow.cu)
  * against the CPU, and bit for bit the CUDA-core matmul's unsplit order emulated here: lane l adds
  * the fused 16-column products of columns l * 16 + 512 j in ascending j, then the warp's
- * butterfly (lane 0's sum). Reductions of 1,040 (a step of 16 columns at the end), 3,072 and
- * 512; 24, 5 and 17 outputs (warps without one). */
+ * butterfly (lane 0's sum). Reductions of 1,040 (a step of 16 columns at the end), 3,072, 512
+ * and 1,024; 24, 5 and 17 outputs (warps without one). */
 static void narrow_case(int64_t R, int64_t C, int64_t m, int64_t row0, int64_t n) {
     matmul_case_at(WQ_F32, R, C, m, row0, n, 0);
     weight_t w = make_weight(WQ_F32, R, C, 1);
@@ -472,6 +472,7 @@ static void test_hc(void) {
         int hc, D, m, iters;
     } cases[] = {{4, 37, 9, 1}, {4, 3037, 9, 20}, {4, 5120, 1, 20} /* decode: 20480 floats, one load each */,
                  {4, 5120, 40, 20} /* prefill: a warp a row */, {3, 2000, 20, 20},
+                 {4, 8200, 9, 3} /* a warp a row over more than 8,192 float4s: two of the wide form's passes */,
                  {3, 37, 2, 20} /* Sinkhorn of any hc, 4-byte loads */, {4, 8200, 2, 3} /* two passes of loads */,
                  {3, 1000, 3, 5}, {2, 64, 2, 5} /* expand: hc 2 and 3 with 16-byte loads */,
                  {6, 200, 2, 5}, {6, 37, 2, 5} /* expand: hc read at run time */};
