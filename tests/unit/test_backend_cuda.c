@@ -1677,8 +1677,9 @@ static bool same_logprobs(const frame_logprob_t *g, const frame_logprob_t *c) {
  * temperature with and without min-p and masks (a row of -inf and NaN too), top-k, top-p and
  * both with min-p (the ranked rows; with ties and NaN; top-k above the allowed count walks in id
  * order), log-probabilities with every kind. The GPU must choose what the host sampler chooses
- * from the same logits, row for row, and report the same log-probabilities. */
-static void pick_case(int64_t V, int rows) {
+ * from the same logits, row for row, and report the same log-probabilities. Row r is of kind
+ * (first + r) % 16 (a row alone: the ranked rows' one-row sort). */
+static void pick_case(int64_t V, int rows, int first) {
     float *l = xmalloc((size_t)(rows * V) * sizeof *l);
     int64_t words = (V + 31) / 32;
     uint32_t *masks = xcalloc((size_t)(rows * words), sizeof *masks);
@@ -1688,7 +1689,7 @@ static void pick_case(int64_t V, int rows) {
     frame_logprob_t *lg = xcalloc((size_t)rows, sizeof *lg), *lc = xcalloc((size_t)rows, sizeof *lc);
     for (int r = 0; r < rows; r++) {
         float *x = l + (size_t)r * (size_t)V;
-        int kind = r % 16, masked = (r / 16) % 3; /* 0 none, 1 sparse, 2 dense */
+        int kind = (first + r) % 16, masked = (r / 16) % 3; /* 0 none, 1 sparse, 2 dense */
         for (int64_t v = 0; v < V; v++) x[v] = 4.0f * t_unif();
         if (kind == 1 || kind == 12) for (int64_t v = 0; v < V; v++) x[v] = (float)(t_rnd() % 4); /* ties */
         if (kind == 2 || kind == 13) for (int64_t v = 0; v < V; v += 3) x[v] = NAN;
@@ -1730,7 +1731,7 @@ static void pick_case(int64_t V, int rows) {
     int same = 0, lp_same = 0, n_lp = 0, sampled = 0, ranked = 0;
     for (int r = 0; r < rows; r++) {
         same += tg[r] == tc[r];
-        if (tg[r] != tc[r]) printf("# V %lld row %d (kind %d): gpu %u, host %u\n", (long long)V, r, r % 16, tg[r], tc[r]);
+        if (tg[r] != tc[r]) printf("# V %lld row %d (kind %d): gpu %u, host %u\n", (long long)V, r, (first + r) % 16, tg[r], tc[r]);
         sampled += sp[r].temperature > 0 && sp[r].top_k != 1 && tc[r] != SAMPLER_NONE;
         ranked += sp[r].temperature > 0 && (sp[r].top_k > 1 || sp[r].top_p < 1) && tc[r] != SAMPLER_NONE;
         if (sp[r].logprobs) {
@@ -1740,16 +1741,23 @@ static void pick_case(int64_t V, int rows) {
     }
     CHECKF(same == rows, "V %lld: %d of %d rows pick what the host sampler picks", (long long)V, same, rows);
     CHECK_EQ(lp_same, n_lp);
-    CHECK(tc[5] == SAMPLER_NONE && sampled > rows / 3 && ranked >= rows / 8);
+    if (rows > 5) /* the batch holds every kind (row 5 allows nothing) */
+        CHECK(tc[5] == SAMPLER_NONE && sampled > rows / 3 && ranked >= rows / 8);
+    else
+        CHECK_EQ(ranked, rows); /* the rows alone are ranked ones */
     free2(&t);
     sampler_free(sg), sampler_free(sc);
     free(l), free(masks), free(sp), free(pg), free(pc), free(tg), free(tc), free(lg), free(lc);
 }
 
 static void test_pick(void) {
-    pick_case(129280, 96);
-    pick_case(1000, 240); /* a vocabulary smaller than the block's threads times two */
-    pick_case(33, 40);
+    pick_case(129280, 96, 0);
+    pick_case(1000, 240, 0); /* a vocabulary smaller than the block's threads times two */
+    pick_case(33, 40, 0);
+    /* one ranked row alone (a sort of one row's keys): top-k 1,000, flat top-p (past its first ranks) */
+    pick_case(129280, 1, 13);
+    pick_case(129280, 1, 10);
+    pick_case(1000, 1, 13);
 }
 
 /* The seed of one test: the run's seed mixed with the test's name, so that a test draws the
