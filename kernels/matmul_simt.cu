@@ -339,9 +339,9 @@ __global__ void mm_plain_kernel(mm_args_t a) {
 }
 
 // Staged columns per position: the whole reduction when it fits (so that a block's output
-// groups share one staging), else the most that keeps two blocks per SM.
-// Columns staged at a time: multiples of 512 (a warp's step), so that lane l adds columns l * 16 +
-// 512 j in ascending j whatever the chunking (matmul_narrow.cu gives these bits).
+// groups share one staging), else the most that keeps two blocks per SM, a multiple of 512 (a
+// warp's step): lane l then adds columns l * 16 + 512 j in ascending j however the reduction is
+// chunked (the order matmul_narrow.cu reproduces).
 static int stage_cols(int mt, int64_t k) {
     int most = mt == 1 ? 16384 : mt == 2 ? 8192 : mt == 4 ? 6144 : 3072;
     return (int)min((int64_t)most, ceil_div(k, 16) * 16);
