@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Summarize a ditrace.csv (bench/trace/ditrace.c): the replayed graph steps of the most
 launched graph, one step at a time: wall, kernel time, busy (any kernel running) and idle time,
-per-kernel time alone on the GPU (what the step waits on), and the longest idle gaps.
+per-kernel time alone on the GPU (what the step waits on), and the longest idle gaps. With
+--passes KERNEL, eagerly launched passes instead (a prefill, an eager step), each starting at a
+launch of KERNEL.
 
-  timeline.py trace.csv [--step K] [--gaps N] [--top N]
+  timeline.py trace.csv [--step K] [--gaps N] [--top N] [--passes KERNEL]
 """
 import argparse
 import collections
@@ -33,6 +35,14 @@ def steps_of(rows):
     ks = sorted((r for r in rows if r["graph"] == g), key=lambda r: r["start"])
     per = len({r["node"] for r in ks})
     return [ks[i:i + per] for i in range(0, len(ks) - per + 1, per)], per
+
+
+def passes_of(rows, marker):
+    ks = sorted(rows, key=lambda r: r["start"])
+    starts = [i for i, k in enumerate(ks) if marker in k["name"]]
+    if not starts:
+        raise SystemExit(f"no kernel named like '{marker}' in the trace")
+    return [ks[a:b] for a, b in zip(starts, starts[1:] + [len(ks)])]
 
 
 def summarize(step, gaps_n, top_n):
@@ -83,10 +93,17 @@ def main():
     ap.add_argument("--gaps", type=int, default=25)
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--list", action="store_true", help="also every kernel of the step in start order")
+    ap.add_argument("--passes", metavar="KERNEL",
+                    help="eager passes, each from a launch of KERNEL to the next (hc_fill_kernel: a forward's second "
+                         "kernel; its embedding gather then counts in the pass before)")
     a = ap.parse_args()
-    steps, per = steps_of(load(a.csv))
-    print(f"{len(steps)} replayed steps of {per} kernels; walls (us):",
-          " ".join(f"{(max(k['end'] for k in s) - min(k['start'] for k in s)) / 1e3:.0f}" for s in steps))
+    if a.passes:
+        steps = passes_of(load(a.csv), a.passes)
+        print(f"{len(steps)} passes from {a.passes}; kernels:", " ".join(str(len(s)) for s in steps))
+    else:
+        steps, per = steps_of(load(a.csv))
+        print(f"{len(steps)} replayed steps of {per} kernels;", end=" ")
+    print("walls (us):", " ".join(f"{(max(k['end'] for k in s) - min(k['start'] for k in s)) / 1e3:.0f}" for s in steps))
     summarize(steps[a.step], a.gaps, a.top)
     if a.list:
         step = steps[a.step]

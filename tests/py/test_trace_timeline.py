@@ -45,7 +45,33 @@ def test_steps_and_summary(s):
         s.check("5.00  b_kernel -> c_kernel" in text, "the idle gap between b and c", text)
 
 
+def test_eager_passes(s):
+    """Two eager passes (graph 0) cut at a marker kernel: each pass from its marker to the next."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.csv")
+        with open(path, "w") as f:
+            for base in (0, 100000):
+                f.write(f'{base},{base + 1000},7,0,0,1,1,1,"void mark_kernel(int)"\n')
+                f.write(f'{base + 2000},{base + 6000},7,0,0,1,1,1,"void work_kernel(int)"\n')
+                f.write(f'{base + 4000},{base + 8000},9,0,0,1,1,1,"void side_kernel(int)"\n')
+        passes = timeline.passes_of(timeline.load(path), "mark_kernel")
+        s.check([len(p) for p in passes] == [3, 3] and passes[1][0]["start"] == 100000, "two passes of three kernels",
+                str([len(p) for p in passes]))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            timeline.summarize(passes[0], 5, 10)
+        text = out.getvalue()
+        s.check("wall 8.0 us, kernel time 9.0 us, busy 7.0 us, idle 1.0 us (1 gaps)" in text, "a pass's wall, busy and idle time",
+                text)
+        try:
+            timeline.passes_of(timeline.load(path), "absent_kernel")
+            s.check(False, "a marker that is not in the trace is refused", "no exit")
+        except SystemExit as e:
+            s.check("absent_kernel" in str(e), "a marker that is not in the trace is refused", str(e))
+
+
 if __name__ == "__main__":
     s = Suite()
     s.run(test_steps_and_summary)
+    s.run(test_eager_passes)
     s.finish()
