@@ -14,13 +14,14 @@
 #define MN_WARPS 8
 #define MN_OUT 3     // outputs a warp at most
 #define MN_ROWS 24   // positions a block (even): 48 KB of activations and 48 KB of weights a step, two steps in flight
-#define MN_STAGE ((MN_ROWS + MN_WARPS * MN_OUT) * MN_STEP) // floats of a staged step
 #define MN_STEP 512  // columns a step: 16 a lane
+#define MN_STAGE ((MN_ROWS + MN_WARPS * MN_OUT) * MN_STEP) // floats of a staged step
 static_assert((MN_ROWS + MN_WARPS * MN_OUT) % (MN_WARPS * 32 / (MN_STEP / 4)) == 0, "whole copy rounds");
 
 extern "C" int k_matmul_narrow_ok(const mm_args_t *a) {
-    return a->w.kind == KW_F32 && a->n <= MN_WARPS * MN_OUT && a->k > 0 && a->k == a->w.cols && a->k % 16 == 0 && (uintptr_t)a->w.data % 16 == 0 && !a->wtab &&
-           !a->x_rows && !a->x_group_n && a->splits == 1 && !a->partial && !a->route.idx && a->x_vec;
+    return a->w.kind == KW_F32 && a->n <= MN_WARPS * MN_OUT && a->k > 0 && a->k == a->w.cols && a->k % 16 == 0 &&
+           (uintptr_t)a->w.data % 16 == 0 && !a->wtab && !a->x_rows && !a->x_group_n && a->splits == 1 && !a->partial &&
+           !a->route.idx && a->x_vec;
 }
 
 // Staged column e of a step (e < MN_STEP) in four planes, so that a lane's 16 columns are four
@@ -42,8 +43,9 @@ __global__ void __launch_bounds__(MN_WARPS * 32) mm_narrow_kernel(mm_args_t a) {
         int64_t c0 = (int64_t)st * MN_STEP;
         int n4 = (int)(min((int64_t)MN_STEP, a.k - c0) >> 2);
         float *sm = mn_sm + (st & 1) * MN_STAGE;
-        // thread t copies float4 f = t % 128 of rows t / 128 + 2 u: unrolled, so that no copy waits for
-        // the one before to release its address registers (ncu: most of the kernel's stalls)
+        // thread t copies float4 f = t % 128 of rows t / 128 + 2 u, unrolled: ncu put most stalls on
+        // each copy waiting for the one before to release its address registers (run 125), though
+        // unrolling left the kernel's time as it was (run 126)
         const int f = threadIdx.x % (MN_STEP / 4), r0 = threadIdx.x / (MN_STEP / 4), RS = MN_WARPS * 32 / (MN_STEP / 4);
 #pragma unroll
         for (int u = 0; u < (MN_ROWS + MN_WARPS * MN_OUT) / RS; u++) {
