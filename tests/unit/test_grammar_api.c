@@ -173,6 +173,8 @@ static void test_refusals(void)
     refused(CONSTRAINT_JSON_SCHEMA, "{\"x-vendor\":1}", "unknown keyword");
     refused(CONSTRAINT_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"a\"],\"additionalProperties\":false}", "not allowed");
     refused(CONSTRAINT_JSON_SCHEMA, "{\"items\":[{}]}", "prefixItems");
+    refused(CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":1.5}", "non-negative integer");
+    refused(CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":1e98}", "above the limit");
     refused(CONSTRAINT_REGEX, NULL, "without a pattern");
     refused(CONSTRAINT_NONE, "x", "no constraint");
     char *huge = xmalloc(GRAMMAR_MAX_TEXT + 16);
@@ -181,6 +183,22 @@ static void test_refusals(void)
     huge[GRAMMAR_MAX_TEXT + 8] = 0;
     refused(CONSTRAINT_JSON_SCHEMA, huge, "exceed the limit");
     free(huge);
+}
+
+/* Counts past any limit (beyond 2^63 too) are clamped, not refused: every output still validates;
+ * a real past 2^63 without a fraction is an integer. */
+static void test_huge_counts(void)
+{
+    static const struct {
+        const char *schema, *text;
+    } cases[] = {{"{\"type\":\"string\",\"maxLength\":1e98}", "\"abc\""},
+                 {"{\"type\":\"array\",\"maxItems\":1e20}", "[1,2]"},
+                 {"{\"type\":\"integer\",\"enum\":[1e98,2.5]}", "1e98"} /* an integer past 2^63 */};
+    for (size_t i = 0; i < DI_ARRAY_LEN(cases); i++) {
+        grammar_t *g = compile(CONSTRAINT_JSON_SCHEMA, cases[i].schema);
+        if (g) CHECKF(grammar_match_bytes(g, (const uint8_t *)cases[i].text, strlen(cases[i].text)), "%s", cases[i].schema);
+        grammar_unref(g);
+    }
 }
 
 /* What is accepted where the policy chooses: property order, separators, number spelling. */
@@ -213,6 +231,7 @@ int main(void)
     RUN(test_matcher_life);
     RUN(test_deep_recursion);
     RUN(test_refusals);
+    RUN(test_huge_counts);
     RUN(test_policy);
     grammar_vocab_free(vocab);
     return t_finish();
