@@ -255,9 +255,10 @@ static void test_schemas(void) {
         "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"type\":\"integer\"}}}",
         "{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"items\":[{\"type\":\"string\"}]}",
         "true",
+        "{\"maxLength\":1e98}", /* an integer past 2^63 */
     };
     static const char *const invalid[] = {
-        "{\"type\":\"strin\"}", "{\"properties\":5}", "{\"required\":[\"a\",\"a\"]}", "{\"minLength\":-1}",
+        "{\"type\":\"strin\"}", "{\"properties\":5}", "{\"required\":[\"a\",\"a\"]}", "{\"minLength\":-1}", "{\"maxLength\":1.5}",
         "{\"pattern\":\"(\"}", "{\"$ref\":\"#/nope\"}", "{\"$ref\":\"http://example.com/s.json\"}", "{\"items\":[{}]}",
         "{\"$schema\":\"x\"}", "{\"anyOf\":[]}", "5",
     };
