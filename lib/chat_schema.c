@@ -228,7 +228,8 @@ static bool keyword_ok(check_t *c, const json_t *schema, const char *key, kind_t
     case K_NUMBER: return json_is_number(v) || bad(c, "'%s' must be a number", key);
     case K_POSITIVE: return (json_is_number(v) && json_number_value(v) > 0) || bad(c, "'%s' must be a number above 0", key);
     case K_COUNT:
-        if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) == floor(json_real_value(v))) return true; /* no cast: past 2^63 undefined */
+        /* integral by floor, not through a cast to an integer type (undefined past 2^63) */
+        if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) == floor(json_real_value(v))) return true;
         return (json_is_integer(v) && json_integer_value(v) >= 0) || bad(c, "'%s' must be a non-negative integer", key);
     case K_BOOL: return json_is_boolean(v) || bad(c, "'%s' must be a boolean", key);
     case K_ARRAY: return json_is_array(v) || bad(c, "'%s' must be an array", key);
