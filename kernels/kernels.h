@@ -30,6 +30,8 @@ typedef struct {
  * kernel may start while the one before it in the stream finishes; 0 launches them plainly. Set
  * before the first launch. */
 void k_set_pdl(int on);
+/* The prefill matmuls' copying-warp form (matmul_tc.cu) where it applies; on by default. */
+void k_set_tc_ws(int on);
 
 /* ---- matmul (matmul_simt.cu, matmul_tc.cu) -------------------------------------------------------
  * out[p][o] = sum_i x[xrow(p)][i] * W[row0 + o][i] for o < n, over positions p.
@@ -75,6 +77,8 @@ typedef struct {
      * memory), converted by k_matmul_tc when tc_x_fresh, else left by an earlier call on the same x */
     void *tc_x;
     int tc_x_fresh;
+    /* with wtab: the weights' tensor maps for the copying form (k_matmul_tc_wmaps; NULL: not that form) */
+    const void *tc_wmaps;
     /* On the tensor cores at few positions (k_matmul_tcs) with wtab2 (grouped) or w_pair.data
      * (dense; weights of w's format and shape): out[p] = wpos[p] * act(W x, W2 x) (wpos NULL: 1)
      * with k_moe_act's act and limit: an expert's up projections w1, w3 and their activation in
@@ -119,6 +123,11 @@ cudaError_t k_matmul_narrow(const mm_args_t *a, cudaStream_t s);
 #define K_TC_POSITIONS 256
 int k_matmul_tc_ok(const kw_t *w);
 size_t k_matmul_tc_x_bytes(const mm_args_t *a);
+/* The tensor maps of n weights (a grouped launch's wtab) in k_matmul_tc_wmaps_bytes(n) bytes of
+ * device memory at dev (64-byte aligned), written by a copy; an error where one of them cannot
+ * take the copying form. */
+size_t k_matmul_tc_wmaps_bytes(int n);
+cudaError_t k_matmul_tc_wmaps(const kw_t *w, int n, void *dev);
 cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
 /* Tensor cores for few positions (matmul_tcs.cu), dense or per group: K_TCS_ROWS output rows
  * per block, up to 8 positions a pass (at most m); FP8/FP4 weights, k a multiple of 32; dense:

@@ -17,9 +17,19 @@
 // fragments' k order, so that the main loop is a plain cp.async pipeline over TERMS times the
 // reduction in which each dequantized weight fragment serves its TERMS pieces in turn.
 //
-// Pipeline: STAGES shared-memory stages filled by cp.async (16 bytes a thread, zero-filled out
-// of range); the wgmma of one step runs while the next step's fragments are dequantized
-// (two register sets). Every output is one fixed-order sum over its own row and column, so a
+// Pipeline: STAGES shared-memory stages; the wgmma of one step runs while the next step's
+// fragments are dequantized (two register sets). Two forms fill the stages:
+// - the copying form (WS, unsplit reductions of whole 64-blocks): one warp copies, a TMA
+//   tensor copy of each activation tile (the map lays the 128-byte swizzle and zero-fills rows
+//   past the scratch) and one of each weight tile (a map per weight: per-row bulk copies cost
+//   ~70 cycles each, three times the products' time, run 133), a stage's bytes landing on its
+//   `full` barrier; the product warpgroups wait on that and free the stage on its `empty` barrier
+//   once its products are done, so that neither waits for the other's (a block barrier a step
+//   was 35% of the stalls, ncu run 116 of CUDA_NOTES) nor spends issue slots on addresses. The
+//   copying warpgroup gives its registers to the product ones (setmaxnreg: a ninth warp alone
+//   costs a whole warpgroup's share, so the block is three warpgroups);
+// - otherwise every thread copies 16 bytes at a time (cp.async, zero-filled out of range), a
+//   block barrier a step. Every output is one fixed-order sum over its own row and column, so a
 // position's numbers do not depend on the other positions of the launch.
 //
 // The weights' k order inside a 64-block: thread (g, q) of a warp holds k 16q..16q+15 of its
@@ -27,13 +37,15 @@
 // + 4j + {0, 1, 2, 3}, paired in the fragment as (0, 2) for columns 2q, 2q+1 and (1, 3) for
 // 2q+8, 2q+9. So fragment column kk of step j is k = 16 ((kk & 7) >> 1) + 4 j + 2 (kk & 1) +
 // (kk >> 3); tc_split writes the activations in that order.
-#include "common.cuh"
+#include "tma.cuh"
 
+#include <cudaTypedefs.h>
 #include <type_traits>
 
 #define TC_BW K_TC_ROWS      // weight rows per block: 64 per warpgroup
 #define TC_BP K_TC_POSITIONS // positions per block
 #define TC_BK 64             // reduction per stage: one 128-byte swizzle row of bf16
+#define TC_WS_THREADS 384    // the copying form: two product warpgroups and the copying one (one warp copies)
 
 extern "C" int k_matmul_tc_ok(const kw_t *w) {
     bool quant = (w->kind == KW_FP8 || (w->kind == KW_FP4 && !w->scale_f32)) && w->cols % 32 == 0 && w->block_cols == 32;
@@ -42,15 +54,15 @@ extern "C" int k_matmul_tc_ok(const kw_t *w) {
 }
 
 // Bytes of n weights of a row.
-template <int KIND> __host__ __device__ constexpr int64_t tc_wbytes(int64_t n) {
-    return KIND == KW_FP8 ? n : KIND == KW_FP4 ? n / 2 : 2 * n;
+__host__ __device__ constexpr int64_t tc_wbytes(int kind, int64_t n) {
+    return kind == KW_FP8 ? n : kind == KW_FP4 ? n / 2 : 2 * n;
 }
 
 // PT positions per block (TC_BP, or half of it where the pieces past the first take a second
 // accumulator: then three more of the half-size stages, as many bytes in flight), as many
 // stages as fit in a block's shared memory (BF16's 2-byte weights: 4, or 7 of the half size).
 template <int KIND, int PT> struct tc_cfg {
-    static constexpr int wrow = (int)tc_wbytes<KIND>(TC_BK); // bytes of a weight row per stage
+    static constexpr int wrow = (int)tc_wbytes(KIND, TC_BK); // bytes of a weight row per stage
     static constexpr int bbytes = PT * 128, wbytes = TC_BW * wrow;
     static constexpr int want = (KIND == KW_FP4 ? 6 : 5) + (PT < TC_BP ? 3 : 0);
     static constexpr int fit = (227 * 1024 - 1024) / (bbytes + wbytes); // Hopper's most for one block
@@ -66,20 +78,24 @@ __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
 
 // ---- activations as bf16 pieces ---------------------------------------------------------------
 // One thread: 8 consecutive outputs (16 bytes of each piece) of one row's 64-block.
+// Row r of the scratch is x's row x_rows[r] (NULL: r; outside x's x_m rows: zeros, a position
+// that no tile reads).
 template <int TERMS>
-__global__ void tc_split_kernel(const float *x, int64_t ldx, int64_t rows, int64_t k, int groups, int64_t kbn, uint4 *xs) {
+__global__ void tc_split_kernel(const float *x, int64_t ldx, const int32_t *x_rows, int64_t x_m, int64_t rows, int64_t k,
+                                int groups, int64_t kbn, uint4 *xs) {
     pdl_begin();
     int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, blk = id >> 3;
     int c = (int)(id & 7);
     int64_t kb = blk % kbn, rg = blk / kbn, row = rg / groups;
     if (row >= rows) return;
-    const float *src = x + row * ldx + (rg % groups) * k;
+    int64_t from = x_rows ? x_rows[row] : row, kend = from >= 0 && from < x_m ? k : 0;
+    const float *src = x + (kend ? from : 0) * ldx + (rg % groups) * k;
     int64_t k0 = kb * TC_BK + 4 * (c >> 1) + (c & 1);
     uint32_t p[3][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) { // outputs 2i, 2i+1: k0 + 16 i and k0 + 16 i + 2
         int64_t ka = k0 + 16 * i, kc = ka + 2;
-        float r0 = ka < k ? __ldg(src + ka) : 0.0f, r1 = kc < k ? __ldg(src + kc) : 0.0f;
+        float r0 = ka < kend ? __ldg(src + ka) : 0.0f, r1 = kc < kend ? __ldg(src + kc) : 0.0f;
 #pragma unroll
         for (int t = 0; t < TERMS; t++) { /* each piece the bf16 of what the earlier ones left */
             float h0 = round_bf16(r0), h1 = round_bf16(r1);
@@ -107,6 +123,9 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// This warpgroup's registers a thread: fewer (handing them to the block's pool), more (from it).
+template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 // Keeps the compiler from moving accumulator accesses across the asynchronous wgmma.
 template <int R> __device__ __forceinline__ void fence_regs(float (&d)[R]) {
 #pragma unroll
@@ -234,8 +253,14 @@ __device__ __forceinline__ void frag_bf16(const uint8_t *row, int q, uint32_t (&
 template <int TERMS> __host__ __device__ constexpr bool tc_sep() { return TERMS == 3; }
 template <int TERMS> __host__ __device__ constexpr int tc_positions() { return tc_sep<TERMS>() ? TC_BP / 2 : TC_BP; }
 
-template <int KIND, int TERMS, int SW>
-__global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
+// The copying form's tensor maps: the activations' scratch and a dense launch's weight (a
+// grouped one's are a.tc_wmaps, parallel to a.wtab).
+struct tc_maps_t {
+    CUtensorMap x, w;
+};
+
+template <int KIND, int TERMS, int SW, bool WS>
+__global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_args_t a, const __grid_constant__ tc_maps_t maps) {
     pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool SEP = tc_sep<TERMS>();
@@ -243,11 +268,13 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
     using C = tc_cfg<KIND, PT>;
     constexpr int S = C::stages, NS = PT / SW, WCH = C::wrow / 16, WPT = TC_BW * WCH / 256;
     extern __shared__ uint8_t tc_smem[];
+    [[maybe_unused]] __shared__ uint64_t full_bar[S], empty_bar[S]; // the copying form's
     uint32_t raw0 = (uint32_t)__cvta_generic_to_shared(tc_smem), base = (raw0 + 1023) & ~1023u;
     const uint8_t *wsm = tc_smem + (base - raw0) + S * C::bbytes; // weight stages (generic address)
     uint32_t bsm = base, wsm_s = base + S * C::bbytes;
 
     kw_t w = a.w;
+    [[maybe_unused]] const CUtensorMap *wmap = &maps.w;
     int64_t p0, pe;
     if (a.wtab) { /* block y: part y % (TC_BP / PT) of tile y / (TC_BP / PT) */
         int ti = blockIdx.y / (TC_BP / PT);
@@ -256,6 +283,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
         p0 = a.tiles[2 * ti + 1] + (int64_t)(blockIdx.y % (TC_BP / PT)) * PT, pe = a.offsets[g + 1];
         if (p0 >= pe) return;
         w.data = a.wtab[g].data, w.scale = a.wtab[g].scale;
+        if (WS) wmap = (const CUtensorMap *)a.tc_wmaps + g;
     } else {
         p0 = (int64_t)blockIdx.y * PT, pe = a.m;
     }
@@ -264,7 +292,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
     int64_t k_lo = (int64_t)blockIdx.z * a.split_k, k_hi = min(a.k, k_lo + a.split_k);
     int nkb = (int)((k_hi - k_lo + TC_BK - 1) / TC_BK), nv = nkb * TERMS;
     int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    int lr = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g; // this thread's weight rows: lr, lr + 8
+    int lr = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g; // this thread's weight rows: lr, lr + 8 (tid < 256)
 
     // activation loads: 16-byte chunk bc of tile rows rb + 32 j; a piece row is a run of 128-byte
     // units (one per step), and unit u of the scratch lies at xb + u * 128
@@ -282,7 +310,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
     uint32_t bdst = rb * 128 + ((bc ^ (rb & 7)) << 4);
 
     // weight loads: 16-byte chunks of the 128 rows' raw bytes
-    int64_t wrow_bytes = tc_wbytes<KIND>(a.k);
+    int64_t wrow_bytes = tc_wbytes(KIND, a.k);
     const uint8_t *wsrc[WPT];
     uint32_t wdst[WPT];
     int wk[WPT];
@@ -306,6 +334,23 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
             for (int i = 0; i < WPT; i++)
                 cp_async16(wsm_s + s * C::wbytes + wdst[i], wsrc[i] + kb * C::wrow,
                            wok[i] && k_lo + kb * TC_BK + wk[i] < k_hi);
+    };
+
+    // the copying thread: stage v when the products of v - S are done; every tile is whole
+    // (zeros past the tensors: weight rows past n give products that are dropped)
+    [[maybe_unused]] auto copy_stages = [&]() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        if (a.wtab) tensormap_acquire(wmap);
+        int wc0 = (int)(k_lo / TC_BK) * C::wrow, wc1 = (int)(a.row0 + n0);
+        for (int v = 0; v < nv; v++) {
+            int s = v % S, kb = v / TERMS;
+            bool with_w = v == kb * TERMS;
+            if (v >= S) mbar_wait(&empty_bar[s], (uint32_t)(v / S - 1) & 1);
+            mbar_arrive_expect(&full_bar[s], C::bbytes + (with_w ? C::wbytes : 0));
+            tma_load_3d(bsm + s * C::bbytes, &maps.x, 0, (int)(unit0 + v), (int)p0, &full_bar[s]);
+            if (with_w) tma_load_2d(wsm_s + s * C::wbytes, wmap, wc0 + kb * C::wrow, wc1, &full_bar[s]);
+        }
+#endif
     };
 
     // scales of this thread's two rows (the weight rows past n read row n-1's: their outputs are dropped)
@@ -335,10 +380,18 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
         for (int j = 0; j < SW / 2; j++) acc[i][j] = 0.0f, acc2[SEP ? i : 0][j] = 0.0f;
     uint32_t A[2][4][4];
 
+    if constexpr (WS) {
+        if (tid == 0) {
+            for (int s = 0; s < S; s++) mbar_init(&full_bar[s], 1), mbar_init(&empty_bar[s], 8); // a warp of each warpgroup frees
+            mbar_init_fence();
+        }
+        __syncthreads();
+    } else {
 #pragma unroll
-    for (int v = 0; v < S - 2; v++) {
-        if (v < nv) load_stage(v);
-        cp_async_commit();
+        for (int v = 0; v < S - 2; v++) {
+            if (v < nv) load_stage(v);
+            cp_async_commit();
+        }
     }
     load_scales(0);
 
@@ -348,11 +401,15 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
 #pragma unroll
         for (int t = 0; t < TERMS; t++) {
             int v = kb * TERMS + t, s = v % S;
-            cp_async_wait<S - 3>();
-            fence_async_smem();
-            __syncthreads();
-            if (v + S - 2 < nv) load_stage(v + S - 2);
-            cp_async_commit();
+            if constexpr (WS) {
+                mbar_wait(&full_bar[s], (uint32_t)(v / S) & 1);
+            } else {
+                cp_async_wait<S - 3>();
+                fence_async_smem();
+                __syncthreads();
+                if (v + S - 2 < nv) load_stage(v + S - 2);
+                cp_async_commit();
+            }
             if (t == 0) {
                 const uint8_t *ws = wsm + s * C::wbytes;
                 [[maybe_unused]] uint32_t b0 = bsc[0], b1 = bsc[1];
@@ -373,20 +430,29 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
             if (SEP && t > 0) mma_pick<NS>(nsub, acc2, A[SET], bs); // straight-line runs (a branch inside one serializes it)
             else mma_pick<NS>(nsub, acc, A[SET], bs);
             wg_wait<1>();
+            if (WS && v > 0 && lane == 0) mbar_arrive(&empty_bar[(v - 1) % S]); // step v - 1's products are done
         }
     };
-    for (int kb = 0; kb < nkb; kb += 2) {
-        kblock(kb, std::integral_constant<int, 0>{});
-        if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
+    if (WS && tid >= 256) {
+        regs_dec<40>();
+        if (tid == 256) copy_stages();
+        return;
     }
-    wg_wait<0>();
+    if constexpr (WS) regs_inc<232>();
+    {
+        for (int kb = 0; kb < nkb; kb += 2) {
+            kblock(kb, std::integral_constant<int, 0>{});
+            if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
+        }
+        wg_wait<0>();
 #pragma unroll
-    for (int i = 0; i < NS; i++) {
-        fence_regs(acc[i]);
-        if (SEP) fence_regs(acc2[i]);
-        if (SEP)
+        for (int i = 0; i < NS; i++) {
+            fence_regs(acc[i]);
+            if (SEP) fence_regs(acc2[i]);
+            if (SEP)
 #pragma unroll
-            for (int j = 0; j < SW / 2; j++) acc[i][j] += acc2[SEP ? i : 0][j];
+                for (int j = 0; j < SW / 2; j++) acc[i][j] += acc2[SEP ? i : 0][j];
+        }
     }
 
 #pragma unroll
@@ -401,7 +467,7 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
                     else a.out[p * a.ldo + o] = acc[sub][4 * i + c];
                 }
             }
-    if (a.partial)
+    if (!WS && a.partial)
         splitk_finish(a, (int64_t)blockIdx.y * gridDim.x + blockIdx.x, p0, p0 + np, n0, min(a.n, n0 + TC_BW));
 #else
     __trap(); // built for sm_90a only (wgmma); the Makefile's sm_90a code is what an H100/H200 runs
@@ -409,7 +475,17 @@ __global__ void __launch_bounds__(256, 1) mm_tc_kernel(mm_args_t a) {
 }
 
 // ---- launchers ------------------------------------------------------------------------------------
-static int64_t split_rows(const mm_args_t *a) { return a->wtab && !a->x_rows ? a->positions : a->m; }
+static int k_tc_ws = 1; // the copying form where it applies (DI_CUDA_TC_WS=0: the plain one everywhere)
+extern "C" void k_set_tc_ws(int on) { k_tc_ws = on != 0; }
+
+static bool ws_form(const mm_args_t *a) {
+    return k_tc_ws && a->k % TC_BK == 0 && a->splits <= 1 && (a->wtab ? a->tc_wmaps != NULL : a->k == a->w.cols);
+}
+
+// The scratch's rows: x's, or a grouped launch's positions (x's rows in position order where the
+// copying form reads them: its tiles are whole boxes of consecutive rows).
+static bool split_gathers(const mm_args_t *a) { return a->wtab && a->x_rows && ws_form(a); }
+static int64_t split_rows(const mm_args_t *a) { return a->wtab && (!a->x_rows || ws_form(a)) ? a->positions : a->m; }
 static int64_t split_groups(const mm_args_t *a) { return a->x_group_n ? a->n / a->x_group_n : 1; }
 
 extern "C" size_t k_matmul_tc_x_bytes(const mm_args_t *a) {
@@ -419,33 +495,89 @@ extern "C" size_t k_matmul_tc_x_bytes(const mm_args_t *a) {
 template <int TERMS> static cudaError_t split(const mm_args_t *a, cudaStream_t s) {
     int64_t rows = split_rows(a), groups = split_groups(a), kbn = ceil_div(a->k, TC_BK), threads = rows * groups * kbn * 8;
     if (threads == 0) return cudaSuccess;
-    return k_launch(tc_split_kernel<TERMS>, (unsigned)ceil_div(threads, 256), 256, 0, s, a->x, a->ldx, rows, a->k,
-                    (int)groups, kbn, (uint4 *)a->tc_x);
+    bool gather = split_gathers(a);
+    return k_launch(tc_split_kernel<TERMS>, (unsigned)ceil_div(threads, 256), 256, 0, s, a->x, a->ldx,
+                    gather ? a->x_rows : (const int32_t *)NULL, gather ? a->m : rows, rows, a->k, (int)groups, kbn, (uint4 *)a->tc_x);
 }
 
-template <int KIND, int TERMS, int SW> static cudaError_t launch(const mm_args_t *a, cudaStream_t s) {
+static cudaError_t encode_map(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, const void *base, const cuuint64_t *dims,
+                              const cuuint64_t *strides, const cuuint32_t *box, CUtensorMapSwizzle swizzle) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return cudaErrorNotSupported;
+    }
+    cuuint32_t step[3] = {1, 1, 1};
+    CUresult r = encode(map, type, rank, (void *)base, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The scratch as a 3-D tensor (rows, 128-byte units of a row, 64 bf16 of a unit), read in boxes
+// of one unit of pt rows in the 128-byte swizzle.
+static cudaError_t x_map(const mm_args_t *a, int pt, CUtensorMap *map) {
+    cuuint64_t units = (cuuint64_t)(split_groups(a) * ceil_div(a->k, TC_BK) * a->act_terms);
+    cuuint64_t dims[3] = {TC_BK, units, (cuuint64_t)split_rows(a)}, strides[2] = {128, units * 128};
+    cuuint32_t box[3] = {TC_BK, 1, (cuuint32_t)pt};
+    return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, a->tc_x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// A weight's raw bytes as a 2-D tensor (rows of its storage bytes), read in boxes of TC_BW rows
+// by a stage's bytes (a 64-block of the reduction), laid out plainly.
+static cudaError_t w_map(const kw_t *w, CUtensorMap *map) {
+    cuuint64_t row = (cuuint64_t)tc_wbytes(w->kind, w->cols), dims[2] = {row, (cuuint64_t)w->rows}, strides[1] = {row};
+    cuuint32_t box[2] = {(cuuint32_t)tc_wbytes(w->kind, TC_BK), TC_BW};
+    return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w->data, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+extern "C" size_t k_matmul_tc_wmaps_bytes(int n) { return (size_t)n * sizeof(CUtensorMap); }
+
+extern "C" cudaError_t k_matmul_tc_wmaps(const kw_t *w, int n, void *dev) {
+    CUtensorMap *m = (CUtensorMap *)aligned_alloc(alignof(CUtensorMap), k_matmul_tc_wmaps_bytes(n));
+    if (!m) return cudaErrorMemoryAllocation;
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < n && e == cudaSuccess; i++)
+        e = k_matmul_tc_ok(&w[i]) && w[i].cols % TC_BK == 0 ? w_map(&w[i], &m[i]) : cudaErrorInvalidValue;
+    if (e == cudaSuccess) e = cudaMemcpy(dev, m, k_matmul_tc_wmaps_bytes(n), cudaMemcpyHostToDevice);
+    free(m);
+    return e;
+}
+
+template <int KIND, int TERMS, int SW, bool WS> static cudaError_t launch(const mm_args_t *a, cudaStream_t s) {
     constexpr int PT = tc_positions<TERMS>(), smem = tc_cfg<KIND, PT>::smem;
     static bool raised;
     if (!raised) {
-        cudaError_t e = cudaFuncSetAttribute(mm_tc_kernel<KIND, TERMS, SW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaError_t e = cudaFuncSetAttribute(mm_tc_kernel<KIND, TERMS, SW, WS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         raised = true;
     }
+    tc_maps_t maps = {};
+    if (WS) {
+        cudaError_t e = x_map(a, PT, &maps.x);
+        if (e == cudaSuccess && !a->wtab) e = w_map(&a->w, &maps.w);
+        if (e != cudaSuccess) return e;
+    }
     unsigned ytiles = a->wtab ? (unsigned)a->max_tiles * (TC_BP / PT) : (unsigned)ceil_div(a->m, PT);
     dim3 grid((unsigned)ceil_div(a->n, TC_BW), ytiles, (unsigned)a->splits);
-    return k_launch(mm_tc_kernel<KIND, TERMS, SW>, grid, 256, smem, s, *a);
+    return k_launch(mm_tc_kernel<KIND, TERMS, SW, WS>, grid, WS ? TC_WS_THREADS : 256, smem, s, *a, maps);
 }
 
 // Dense tiles in sub-tiles of 128 positions; grouped ones (about 128 positions per expert) in
 // 64 (measured: 32 and 128 were 2-5% slower on the experts of an 8k-token prefill).
-template <int KIND, int TERMS> static cudaError_t launch_sw(const mm_args_t *a, cudaStream_t s) {
-    return a->wtab ? launch<KIND, TERMS, 64>(a, s) : launch<KIND, TERMS, 128>(a, s);
+template <int KIND, int TERMS, bool WS> static cudaError_t launch_sw(const mm_args_t *a, cudaStream_t s) {
+    return a->wtab ? launch<KIND, TERMS, 64, WS>(a, s) : launch<KIND, TERMS, 128, WS>(a, s);
+}
+
+template <int KIND, int TERMS> static cudaError_t launch_form(const mm_args_t *a, cudaStream_t s) {
+    return ws_form(a) ? launch_sw<KIND, TERMS, true>(a, s) : launch_sw<KIND, TERMS, false>(a, s);
 }
 
 template <int KIND> static cudaError_t launch_terms(const mm_args_t *a, cudaStream_t s) {
-    if (a->act_terms >= 3) return launch_sw<KIND, 3>(a, s);
-    if (a->act_terms == 2) return launch_sw<KIND, 2>(a, s);
-    return launch_sw<KIND, 1>(a, s);
+    if (a->act_terms >= 3) return launch_form<KIND, 3>(a, s);
+    if (a->act_terms == 2) return launch_form<KIND, 2>(a, s);
+    return launch_form<KIND, 1>(a, s);
 }
 
 extern "C" cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s) {

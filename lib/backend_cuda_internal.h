@@ -44,6 +44,7 @@ typedef struct {
     const bk_expert_t *experts; /* the host array the table mirrors */
     int n;
     kw_t *host, *dev; /* 3 * n: w1 of every expert, then w2, then w3 */
+    const void *maps; /* their tensor maps in dev's allocation (k_matmul_tc_wmaps), NULL where not all take them */
 } cu_experts_t;
 
 typedef struct {

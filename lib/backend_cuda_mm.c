@@ -226,11 +226,19 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
     }
     for (int i = 0; i < 3 * n; i++) h[i].scale_inexact = inexact;
     void *dev;
-    CU(cudaMalloc(&dev, (size_t)(3 * n) * sizeof *h));
+    size_t tab = ((size_t)(3 * n) * sizeof *h + 63) & ~(size_t)63; /* the maps after the table, 64-byte aligned */
+    CU(cudaMalloc(&dev, tab + k_matmul_tc_wmaps_bytes(3 * n)));
     CU(cudaMemcpy(dev, h, (size_t)(3 * n) * sizeof *h, cudaMemcpyHostToDevice));
+    const void *maps = k_matmul_tc_wmaps(h, 3 * n, (char *)dev + tab) == cudaSuccess ? (char *)dev + tab : NULL;
+    cudaGetLastError(); /* a table that cannot take the maps only goes without them */
     c->expert_tabs = xrealloc(c->expert_tabs, (size_t)(c->n_expert_tabs + 1) * sizeof *c->expert_tabs);
-    c->expert_tabs[c->n_expert_tabs] = (cu_experts_t){ex, n, h, dev};
+    c->expert_tabs[c->n_expert_tabs] = (cu_experts_t){ex, n, h, dev, maps};
     return &c->expert_tabs[c->n_expert_tabs++];
+}
+
+/* The tensor map of the table's weight i, or NULL (the table has none). */
+static const void *map_at(const cu_experts_t *tab, int64_t i) {
+    return tab->maps ? (const char *)tab->maps + k_matmul_tc_wmaps_bytes((int)i) : NULL;
 }
 
 /* One expert MLP over every row of x (the shared expert): out = w2 . act(w1 x, w3 x); at few
@@ -266,9 +274,9 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     const cu_experts_t *tab = expert_table(c, experts, (int)E);
     float *g = cu_scratch(c, (size_t)(P * I) * 4), *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
     mm_args_t a = {.m = m, .n = I, .k = D, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = tab->host[0],
-                   .wtab = tab->dev, .max_active = groups, .max_tiles = tiles, .positions = P};
+                   .wtab = tab->dev, .max_active = groups, .max_tiles = tiles, .positions = P, .tc_wmaps = map_at(tab, 0)};
     mm_args_t down = {.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
-                      .max_active = groups, .max_tiles = tiles, .positions = P};
+                      .max_active = groups, .max_tiles = tiles, .positions = P, .tc_wmaps = map_at(tab, E)};
     /* Few slots, each its own block on the tensor cores: the blocks read the router's idx and wt
      * themselves and the dispatch kernel is skipped (one dependent launch fewer a decode layer;
      * a slot's numbers are those of its one-position group either way). */
@@ -298,7 +306,7 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     bool fused = use_tcs(c, &a); /* few positions per expert: w1, w3 and the activation in one launch */
     if (fused) a.wtab2 = tab->dev + 2 * E, a.wpos = direct ? wt.ptr : wpos, a.limit = limit;
     mm_run(c, &a, false); /* w1 */
-    a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u, a.tc_x_fresh = 0;
+    a.w = tab->host[2 * E], a.wtab = tab->dev + 2 * E, a.out = u, a.tc_x_fresh = 0, a.tc_wmaps = map_at(tab, 2 * E);
     if (!fused) mm_run(c, &a, false); /* w3 */
     if (xs) cu_release_scratch(c, xs);
     if (!fused) CU(k_moe_act(g, g, u, wpos, P, I, limit, c->stream));

@@ -1316,6 +1316,85 @@ static void test_moe_batch_invariance(void) {
     backend_cuda_precision(gpu, CUDA_BF16X3);
 }
 
+/* The prefill matmuls' two forms (kernels/matmul_tc.cu: a copying warp where the reduction is
+ * whole 64-blocks, else every thread copying) give the same bits: dense (two position tiles, 500
+ * of 520 rows, split-K at 40 positions), block-diagonal, and the routed experts (their gathered
+ * rows in position order), in every tensor-core precision. Returns the outputs' float count
+ * compared (the forms ran, or the test fails). */
+static int64_t forms_differ(void (*run)(void *), void *ctx, bk_tensor_t out, int64_t *differ) {
+    float *u[2];
+    for (int f = 0; f < 2; f++) {
+        backend_cuda_tc_copy_warp(gpu, f);
+        poison(out);
+        run(ctx);
+        u[f] = t_download(gpu, out);
+    }
+    backend_cuda_tc_copy_warp(gpu, 1);
+    int64_t n = out.rows * out.cols;
+    for (int64_t i = 0; i < n; i++) *differ += memcmp(&u[0][i], &u[1][i], 4) != 0 || isnan(u[1][i]);
+    free(u[0]), free(u[1]);
+    return n;
+}
+
+typedef struct {
+    bk_tensor_t out, x, idx, wt;
+    const weight_t *w;
+    const experts_t *ex;
+    int groups;
+} forms_ctx_t;
+static void forms_dense(void *p) {
+    forms_ctx_t *c = p;
+    if (c->groups) gpu->matmul_grouped(gpu, c->out, c->x, c->w->g, c->groups);
+    else gpu->matmul(gpu, c->out, c->x, c->w->g, 3);
+}
+static void forms_moe(void *p) {
+    forms_ctx_t *c = p;
+    moe_shared(gpu, c->out, c->x, c->idx, c->wt, c->ex->g, c->ex->n, NULL, 0.0f);
+}
+
+static void test_tc_forms(void) {
+    struct {
+        wq_kind_t kind;
+        int64_t rows, k, m, n, groups;
+    } dense_cases[] = {{WQ_FP8, 523, 1024, 300, 500, 0}, {WQ_FP4, 300, 512, 260, 290, 0}, {WQ_BF16, 300, 512, 260, 290, 0},
+                       {WQ_FP8, 523, 1024, 40, 500, 0},  {WQ_FP8, 259, 128, 70, 256, 2},   {WQ_FP4, 387, 64, 50, 384, 3}};
+    cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16};
+    int64_t compared = 0, differ = 0;
+    for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
+        backend_cuda_precision(gpu, precs[pr]);
+        for (size_t t = 0; t < DI_ARRAY_LEN(dense_cases); t++) {
+            int64_t G = dense_cases[t].groups, k = dense_cases[t].k, m = dense_cases[t].m, n = dense_cases[t].n;
+            weight_t w = make_weight(dense_cases[t].kind, dense_cases[t].rows, k, dense_cases[t].kind == WQ_FP8 ? 32 : 1);
+            float *x = t_rand_vec((size_t)(m * k * (G ? G : 1)), 1.0f);
+            pair_t tx = putf(x, m, k * (G ? G : 1));
+            bk_tensor_t o = gpu->alloc(gpu, BK_F32, m, G ? G * (n / G) : n);
+            forms_ctx_t c = {.out = o, .x = tx.g, .w = &w, .groups = (int)G};
+            compared += forms_differ(forms_dense, &c, o, &differ);
+            gpu->release(gpu, &o);
+            free2(&tx), free(x);
+            free_weight(&w);
+        }
+        enum { M = 300, D = 128, I = 64, E = 16, K = 6 };
+        experts_t ex;
+        make_experts(&ex, WQ_FP4, E, D, I);
+        float *x = t_rand_vec(M * D, 2.0f), *wt = t_rand_vec(M * K, 1.0f);
+        int32_t idx[M * K];
+        spread_routes(idx, M, K, E, 5, 4);
+        idx[3] = -1; /* an empty slot: positions past the dispatched ones in the scratch */
+        pair_t tx = putf(x, M, D), ti = puti(idx, M, K), tw = putf(wt, M, K);
+        bk_tensor_t o = gpu->alloc(gpu, BK_F32, M, D);
+        forms_ctx_t c = {.out = o, .x = tx.g, .idx = ti.g, .wt = tw.g, .ex = &ex};
+        compared += forms_differ(forms_moe, &c, o, &differ);
+        gpu->release(gpu, &o);
+        free2(&tx), free2(&ti), free2(&tw), free(x), free(wt);
+        free_experts(&ex);
+    }
+    backend_cuda_precision(gpu, CUDA_BF16X3);
+    printf("  %lld outputs compared, %lld differ between the two forms\n", (long long)compared, (long long)differ);
+    CHECK(compared > 0);
+    CHECK_EQ(differ, 0);
+}
+
 /* moe with the hc_expand its output feeds (the forward's FFN site): the combine's launch goes on
  * to the expand, the same bits as moe then the hc_expand op; against the CPU as moe is. */
 static void test_moe_expand(void) {
@@ -1787,7 +1866,7 @@ int main(int argc, char **argv) {
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_gate_router", test_gate_router}, {"test_batched_forms", test_batched_forms},
         {"test_tc_spans", test_tc_spans},
-        {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_moe_expand", test_moe_expand}, {"test_matmul_expand", test_matmul_expand},
+        {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_tc_forms", test_tc_forms}, {"test_moe_expand", test_moe_expand}, {"test_matmul_expand", test_matmul_expand},
         {"test_moe_tcs", test_moe_tcs},
         {"test_tc_batch_invariance", test_tc_batch_invariance},
         {"test_views_and_copy", test_views_and_copy}, {"test_branch", test_branch},
