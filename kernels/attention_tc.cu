@@ -14,9 +14,9 @@
 // (not exact in bf16: QAT off) take extra passes over the tile with those pieces (products of
 // pieces i, j with i + j < NP); with exact keys (QAT on) the skipped products are exactly zero.
 // Nothing depends on the other rows of the launch.
+#include "attention_keys.cuh"
 #include "tc_frag.cuh"
 
-#define AT_KT 32      // keys per tile
 #define AT_LDP 40     // floats per row of the logit / probability tile: 32 + 8, conflict-free fragments
 #define AT_MAXH 64    // heads per block
 #define AT_THREADS 256
@@ -32,19 +32,6 @@ extern "C" int k_attention_tc_ok(int heads, int d) {
     return heads >= 1 && heads <= AT_MAXH && d >= 16 && d <= 512 && d % 16 == 0;
 }
 
-// The store row of the row's key u, or -1 (past the list, a -1 selection, an entry outside the pool).
-struct at_keys_t {
-    int64_t nwin, wrow, n_sel, pool, pool_rows;
-    const int32_t *sel;
-    __device__ __forceinline__ int64_t row(int64_t u) const {
-        if (u < nwin) return wrow + u;
-        u -= nwin;
-        if (u >= n_sel) return -1;
-        int32_t j = __ldg(sel + u);
-        return j >= 0 && j < pool_rows ? pool + j : -1;
-    }
-};
-
 // Piece `piece` of the keys of tile `tile` into key buffer `buf` (one commit group).
 __device__ __forceinline__ void at_issue(const attn_tc_args_t &a, const at_keys_t &ks, __nv_bfloat16 *kbuf, int ldk, int tile,
                                          int piece) {
@@ -56,15 +43,6 @@ __device__ __forceinline__ void at_issue(const attn_tc_args_t &a, const at_keys_
         tc_cp16(kbuf + kk * ldk + part * 8, row >= 0 ? ps + row * a.d + part * 8 : a.store, row >= 0);
     }
     tc_cp_commit();
-}
-
-// Which keys of the tile exist, and whether any needs pieces past the first (warp 0).
-__device__ __forceinline__ void at_meta(const attn_tc_args_t &a, const at_keys_t &ks, unsigned *meta, int tile) {
-    int lane = threadIdx.x & 31;
-    int64_t row = ks.row((int64_t)tile * AT_KT + lane);
-    unsigned valid = __ballot_sync(0xffffffffu, row >= 0);
-    bool more = __any_sync(0xffffffffu, a.pieces > 1 && row >= 0 && a.inexact[row]);
-    if (lane == 0) meta[0] = valid, meta[1] = more;
 }
 
 template <int NP>
@@ -79,18 +57,8 @@ __global__ void __launch_bounds__(AT_THREADS, 1) attn_tc_kernel(attn_tc_args_t a
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
     // this block's query row and its keys
-    int64_t b = blockIdx.x;
-    int si = 0;
-    while (si + 1 < a.n_spans && a.spans[si + 1].b0 <= b) si++;
-    const attn_tc_span_t sp = a.spans[si];
-    int64_t k = b - sp.b0, r = sp.r0 + k, i = sp.pos0 + k;
-    int64_t lo = max(max(sp.win_lo, i - a.window + 1), sp.wstart);
-    at_keys_t keys;
-    keys.nwin = i >= lo ? i - lo + 1 : 0;
-    keys.wrow = sp.base + lo - sp.wstart;
-    keys.n_sel = a.sel ? a.n_sel : 0;
-    keys.sel = a.sel ? a.sel + r * a.ld_sel : NULL;
-    keys.pool = sp.pool, keys.pool_rows = sp.pool_rows;
+    int64_t r;
+    const at_keys_t keys = at_keys_of(a, blockIdx.x, r);
     int ntiles = (int)((keys.nwin + keys.n_sel + AT_KT - 1) / AT_KT);
 
     // Q (padded heads zero), the running maxima at the sinks, the first tile
@@ -279,6 +247,7 @@ static cudaError_t launch(const attn_tc_args_t *a, size_t smem, cudaStream_t s) 
 extern "C" cudaError_t k_attention_tc(const attn_tc_args_t *a, cudaStream_t s) {
     if (a->m <= 0) return cudaSuccess;
     if (!k_attention_tc_ok(a->heads, a->d) || a->m > 0x7FFFFFFF || a->n_spans <= 0) return cudaErrorInvalidValue;
+    if (k_hopper && a->pieces == 1 && k_attention_wg_ok(a->heads, a->d) && a->ldo % 2 == 0) return k_attention_wg(a, s);
     size_t smem = at_smem(a->heads, a->d);
     switch (a->pieces) {
     case 1: return launch<1>(a, smem, s);

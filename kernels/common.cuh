@@ -30,7 +30,8 @@ static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // After a non-kernel operation (a copy, a memset, an event) or without the attribute (k_pdl 0,
 // DI_CUDA_PDL=0 in lib/backend_cuda.c) both are no-ops and the stream serializes as usual; a
 // kernel of a library (cuBLASLt) before ours is simply waited for.
-extern int k_pdl; /* kernels/launch.cu */
+extern int k_pdl;    /* kernels/launch.cu */
+extern int k_hopper; /* the prefill kernels' Hopper forms (k_set_hopper_forms) */
 
 template <typename... P, typename... A>
 static cudaError_t k_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {

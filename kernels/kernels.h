@@ -30,8 +30,10 @@ typedef struct {
  * kernel may start while the one before it in the stream finishes; 0 launches them plainly. Set
  * before the first launch. */
 void k_set_pdl(int on);
-/* The prefill matmuls' copying-warp form (matmul_tc.cu) where it applies; on by default. */
-void k_set_tc_ws(int on);
+/* The prefill kernels' Hopper forms where they apply, on by default: the tensor-core matmul's
+ * copying warp (matmul_tc.cu) and attention on wgmma in plain bf16 (attention_wg.cu); off, the
+ * forms before them (every thread copying; attention on mma.sync). */
+void k_set_hopper_forms(int on);
 
 /* ---- matmul (matmul_simt.cu, matmul_tc.cu) -------------------------------------------------------
  * out[p][o] = sum_i x[xrow(p)][i] * W[row0 + o][i] for o < n, over positions p.
@@ -322,6 +324,10 @@ typedef struct {
 } attn_tc_args_t;
 int k_attention_tc_ok(int heads, int d);
 cudaError_t k_attention_tc(const attn_tc_args_t *a, cudaStream_t s);
+/* The same in plain bf16 (pieces 1) on wgmma (attention_wg.cu), for head_dim 128, 256 or 512 and
+ * at most 64 heads; k_attention_tc hands such launches to it. */
+int k_attention_wg_ok(int heads, int d);
+cudaError_t k_attention_wg(const attn_tc_args_t *a, cudaStream_t s);
 
 /* Indexer scores (as k_indexer_score) of the rows of spans whose keys are in a store: launch
  * rows b0.. of a span are rows r0.. of q and w at positions pos0..; its keys are store rows

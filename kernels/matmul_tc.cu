@@ -38,6 +38,7 @@
 // 2q+8, 2q+9. So fragment column kk of step j is k = 16 ((kk & 7) >> 1) + 4 j + 2 (kk & 1) +
 // (kk >> 3); tc_split writes the activations in that order.
 #include "tma.cuh"
+#include "wgmma.cuh"
 
 #include <cudaTypedefs.h>
 #include <type_traits>
@@ -117,51 +118,6 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// This warpgroup's registers a thread: fewer (handing them to the block's pool), more (from it).
-template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
-template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
-// Keeps the compiler from moving accumulator accesses across the asynchronous wgmma.
-template <int R> __device__ __forceinline__ void fence_regs(float (&d)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// Shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups
-// 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-
-#define TC_D8(i)                                                                                                          \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-
-// d[64 x N] += A[64 x 16] (registers) * B[16 x N] (shared memory, descriptor).
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                 : TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24), TC_D8(32), TC_D8(40), TC_D8(48), TC_D8(56)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-}
 // One reduction step (four k16) on the first N sub-tiles of SW positions, one commit group. The
 // stage's descriptor d plus an offset / 16 addresses a k16 slice of a sub-tile (shared addresses
 // stay below 2^18, so the 14-bit field takes the sum).
@@ -346,8 +302,9 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
             int s = v % S, kb = v / TERMS;
             bool with_w = v == kb * TERMS;
             if (v >= S) mbar_wait(&empty_bar[s], (uint32_t)(v / S - 1) & 1);
-            mbar_arrive_expect(&full_bar[s], C::bbytes + (with_w ? C::wbytes : 0));
-            tma_load_3d(bsm + s * C::bbytes, &maps.x, 0, (int)(unit0 + v), (int)p0, &full_bar[s]);
+            mbar_arrive_expect(&full_bar[s], nsub * SW * 128 + (with_w ? C::wbytes : 0));
+            for (int sub = 0; sub < nsub; sub++) /* the sub-tiles that hold positions */
+                tma_load_3d(bsm + s * C::bbytes + sub * SW * 128, &maps.x, 0, (int)(unit0 + v), (int)(p0 + sub * SW), &full_bar[s]);
             if (with_w) tma_load_2d(wsm_s + s * C::wbytes, wmap, wc0 + kb * C::wrow, wc1, &full_bar[s]);
         }
 #endif
@@ -475,11 +432,9 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
 }
 
 // ---- launchers ------------------------------------------------------------------------------------
-static int k_tc_ws = 1; // the copying form where it applies (DI_CUDA_TC_WS=0: the plain one everywhere)
-extern "C" void k_set_tc_ws(int on) { k_tc_ws = on != 0; }
 
 static bool ws_form(const mm_args_t *a) {
-    return k_tc_ws && a->k % TC_BK == 0 && a->splits <= 1 && (a->wtab ? a->tc_wmaps != NULL : a->k == a->w.cols);
+    return k_hopper && a->k % TC_BK == 0 && a->splits <= 1 && (a->wtab ? a->tc_wmaps != NULL : a->k == a->w.cols);
 }
 
 // The scratch's rows: x's, or a grouped launch's positions (x's rows in position order where the
@@ -516,11 +471,11 @@ static cudaError_t encode_map(CUtensorMap *map, CUtensorMapDataType type, cuuint
 }
 
 // The scratch as a 3-D tensor (rows, 128-byte units of a row, 64 bf16 of a unit), read in boxes
-// of one unit of pt rows in the 128-byte swizzle.
-static cudaError_t x_map(const mm_args_t *a, int pt, CUtensorMap *map) {
+// of one unit of a sub-tile's rows in the 128-byte swizzle.
+static cudaError_t x_map(const mm_args_t *a, int sw, CUtensorMap *map) {
     cuuint64_t units = (cuuint64_t)(split_groups(a) * ceil_div(a->k, TC_BK) * a->act_terms);
     cuuint64_t dims[3] = {TC_BK, units, (cuuint64_t)split_rows(a)}, strides[2] = {128, units * 128};
-    cuuint32_t box[3] = {TC_BK, 1, (cuuint32_t)pt};
+    cuuint32_t box[3] = {TC_BK, 1, (cuuint32_t)sw};
     return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, a->tc_x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
@@ -555,7 +510,7 @@ template <int KIND, int TERMS, int SW, bool WS> static cudaError_t launch(const 
     }
     tc_maps_t maps = {};
     if (WS) {
-        cudaError_t e = x_map(a, PT, &maps.x);
+        cudaError_t e = x_map(a, SW, &maps.x);
         if (e == cudaSuccess && !a->wtab) e = w_map(&a->w, &maps.w);
         if (e != cudaSuccess) return e;
     }

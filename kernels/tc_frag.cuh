@@ -88,3 +88,5 @@ __device__ __forceinline__ void tc_cp16(void *dst, const void *src, bool ok) {
 }
 __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Until at most N of this thread's newest commit groups are in flight.
+template <int N> __device__ __forceinline__ void tc_cp_wait_newest() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }

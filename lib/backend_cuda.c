@@ -456,7 +456,7 @@ void backend_cuda_graph_end(backend_t *bk) {
 
 void backend_cuda_precision(backend_t *bk, cuda_precision_t p) { cu_of(bk)->precision = p; }
 
-void backend_cuda_tc_copy_warp(backend_t *bk, int on) { (void)cu_of(bk), k_set_tc_ws(on); }
+void backend_cuda_hopper_forms(backend_t *bk, int on) { (void)cu_of(bk), k_set_hopper_forms(on); }
 
 void backend_cuda_graph_counts(backend_t *bk, long *updated, long *instantiated) {
     cuda_t *c = cu_of(bk);
@@ -542,9 +542,9 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
      * launch (kernels/common.cuh; DI_CUDA_PDL=0 launches every kernel plainly), the mHC
      * coefficients on a second stream (cu_hc_pre; DI_CUDA_SIDE=0 makes them in the one launch
      * with the site's input), the forward's branches on a third (backend_cuda_streams.c;
-     * DI_CUDA_BRANCH=0 runs them in issue order); and a form of a kernel: the prefill matmuls'
-     * copying warp (kernels/matmul_tc.cu; DI_CUDA_TC_WS=0: every thread copies). */
-    const char *names[] = {"DI_CUDA_PDL", "DI_CUDA_SIDE", "DI_CUDA_BRANCH", "DI_CUDA_TC_WS"};
+     * DI_CUDA_BRANCH=0 runs them in issue order); and the prefill kernels' Hopper forms
+     * (kernels.h k_set_hopper_forms; DI_CUDA_HOPPER=0: the forms before them). */
+    const char *names[] = {"DI_CUDA_PDL", "DI_CUDA_SIDE", "DI_CUDA_BRANCH", "DI_CUDA_HOPPER"};
     bool on[4];
     for (int i = 0; i < 4; i++) {
         const char *v = getenv(names[i]);
@@ -555,7 +555,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         on[i] = !v || strcmp(v, "0");
     }
     k_set_pdl(on[0]);
-    k_set_tc_ws(on[3]);
+    k_set_hopper_forms(on[3]);
     CU(cudaSetDevice(device));
     cuda_t *c = xcalloc(1, sizeof *c);
     c->device = device;

@@ -43,9 +43,10 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen);
  * The environment variable DI_CUDA_PRECISION (bf16x3, bf16x2, bf16, fp32) sets it at creation. */
 typedef enum { CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16, CUDA_FP32 } cuda_precision_t;
 void backend_cuda_precision(backend_t *bk, cuda_precision_t p);
-/* The prefill matmuls' copying-warp form (kernels/matmul_tc.cu; on unless DI_CUDA_TC_WS=0 at
- * creation), for every CUDA backend of the process: the same bits either way. */
-void backend_cuda_tc_copy_warp(backend_t *bk, int on);
+/* The prefill kernels' Hopper forms (kernels/kernels.h k_set_hopper_forms; on unless
+ * DI_CUDA_HOPPER=0 at creation), for every CUDA backend of the process: the matmuls give the same
+ * bits either way, attention in plain bf16 the same up to summation order. */
+void backend_cuda_hopper_forms(backend_t *bk, int on);
 
 /* CUDA graphs: the ops enqueued between begin and end are captured into a graph (updated in
  * place when the previous step had the same shape), which end launches and waits for.

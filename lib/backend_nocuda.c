@@ -13,7 +13,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
 static _Noreturn void no_cuda(void) { die("this build has no CUDA backend"); }
 
 void backend_cuda_precision(backend_t *bk, cuda_precision_t p) { (void)bk, (void)p, no_cuda(); }
-void backend_cuda_tc_copy_warp(backend_t *bk, int on) { (void)bk, (void)on, no_cuda(); }
+void backend_cuda_hopper_forms(backend_t *bk, int on) { (void)bk, (void)on, no_cuda(); }
 void backend_cuda_graph_begin(backend_t *bk) { (void)bk, no_cuda(); }
 void backend_cuda_graph_end(backend_t *bk) { (void)bk, no_cuda(); }
 void backend_cuda_graph_counts(backend_t *bk, long *updated, long *instantiated) {
