@@ -335,7 +335,11 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
     for (int i = 0; i < NS; i++)
 #pragma unroll
         for (int j = 0; j < SW / 2; j++) acc[i][j] = 0.0f, acc2[SEP ? i : 0][j] = 0.0f;
-    uint32_t A[2][4][4];
+    // the fragments in SETS register sets: a step's are dequantized while the SETS - 1 before it
+    // multiply; the copying form's FP4 three (its decode's dependent instructions outlast one
+    // step's products at the experts' ~128 positions: +5%; the others lost 3-10%, run 148)
+    constexpr int SETS = WS && KIND == KW_FP4 ? 3 : 2;
+    uint32_t A[SETS][4][4];
 
     if constexpr (WS) {
         if (tid == 0) {
@@ -386,8 +390,8 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
             uint64_t bs = sw128_desc(bsm + s * C::bbytes);
             if (SEP && t > 0) mma_pick<NS>(nsub, acc2, A[SET], bs); // straight-line runs (a branch inside one serializes it)
             else mma_pick<NS>(nsub, acc, A[SET], bs);
-            wg_wait<1>();
-            if (WS && v > 0 && lane == 0) mbar_arrive(&empty_bar[(v - 1) % S]); // step v - 1's products are done
+            wg_wait<SETS - 1>();
+            if (WS && v >= SETS - 1 && lane == 0) mbar_arrive(&empty_bar[(v - (SETS - 1)) % S]); // that step's products are done
         }
     };
     if (WS && tid >= 256) {
@@ -397,9 +401,11 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
     }
     if constexpr (WS) regs_inc<232>();
     {
-        for (int kb = 0; kb < nkb; kb += 2) {
+        for (int kb = 0; kb < nkb; kb += SETS) {
             kblock(kb, std::integral_constant<int, 0>{});
             if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
+            if constexpr (SETS > 2)
+                if (kb + 2 < nkb) kblock(kb + 2, std::integral_constant<int, SETS - 1>{});
         }
         wg_wait<0>();
 #pragma unroll
