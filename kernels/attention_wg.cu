@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attn_wg_kernel(attn_tc_args_t a
             for (int e = 0; e < 4; e++) pa[j][e] = aw_pack(s[8 * j + 2 * e], s[8 * j + 2 * e + 1]);
         wg_fence();
 #pragma unroll
-        for (int j = 0; j < 2; j++) wgmma_rs_t(o, pa[j], sw128_mn_desc(ka + wg * (DH / 64) * 4096 + j * 2048, 4096));
+        for (int j = 0; j < 2; j++) wgmma_rs<1>(o, pa[j], sw128_mn_desc(ka + wg * (DH / 64) * 4096 + j * 2048, 4096));
         wg_commit();
         wg_wait<0>();
         fence_regs(o);

@@ -127,7 +127,7 @@ __device__ __forceinline__ void mma_run(float (&acc)[NS][R], const uint32_t (&a)
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int sub = 0; sub < N; sub++) wgmma_rs(acc[sub], a[j], d + ((sub * R * 2 * 128 + j * 32) >> 4));
+        for (int sub = 0; sub < N; sub++) wgmma_rs<0>(acc[sub], a[j], d + ((sub * R * 2 * 128 + j * 32) >> 4));
     wg_commit();
 }
 // The run for nsub sub-tiles (1 <= nsub <= N), most likely the full one first.
@@ -295,7 +295,6 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
     // the copying thread: stage v when the products of v - S are done; every tile is whole
     // (zeros past the tensors: weight rows past n give products that are dropped)
     [[maybe_unused]] auto copy_stages = [&]() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         if (a.wtab) tensormap_acquire(wmap);
         int wc0 = (int)(k_lo / TC_BK) * C::wrow, wc1 = (int)(a.row0 + n0);
         for (int v = 0; v < nv; v++) {
@@ -307,7 +306,6 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
                 tma_load_3d(bsm + s * C::bbytes + sub * SW * 128, &maps.x, 0, (int)(unit0 + v), (int)(p0 + sub * SW), &full_bar[s]);
             if (with_w) tma_load_2d(wsm_s + s * C::wbytes, wmap, wc0 + kb * C::wrow, wc1, &full_bar[s]);
         }
-#endif
     };
 
     // scales of this thread's two rows (the weight rows past n read row n-1's: their outputs are dropped)
@@ -400,22 +398,20 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
         return;
     }
     if constexpr (WS) regs_inc<232>();
-    {
-        for (int kb = 0; kb < nkb; kb += SETS) {
-            kblock(kb, std::integral_constant<int, 0>{});
-            if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
-            if constexpr (SETS > 2)
-                if (kb + 2 < nkb) kblock(kb + 2, std::integral_constant<int, SETS - 1>{});
-        }
-        wg_wait<0>();
+    for (int kb = 0; kb < nkb; kb += SETS) {
+        kblock(kb, std::integral_constant<int, 0>{});
+        if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
+        if constexpr (SETS > 2)
+            if (kb + 2 < nkb) kblock(kb + 2, std::integral_constant<int, SETS - 1>{});
+    }
+    wg_wait<0>();
 #pragma unroll
-        for (int i = 0; i < NS; i++) {
-            fence_regs(acc[i]);
-            if (SEP) fence_regs(acc2[i]);
-            if (SEP)
+    for (int i = 0; i < NS; i++) {
+        fence_regs(acc[i]);
+        if (SEP) fence_regs(acc2[i]);
+        if (SEP)
 #pragma unroll
-                for (int j = 0; j < SW / 2; j++) acc[i][j] += acc2[SEP ? i : 0][j];
-        }
+            for (int j = 0; j < SW / 2; j++) acc[i][j] += acc2[SEP ? i : 0][j];
     }
 
 #pragma unroll
