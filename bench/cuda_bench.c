@@ -476,8 +476,8 @@ int main(int argc, char **argv) {
         static const struct {
             cuda_precision_t p;
             const char *name;
-        } precs[] = {{CUDA_BF16X3, "bf16x3"}, {CUDA_BF16, "bf16"}};
-        for (int prec = 0; prec < 2; prec++) {
+        } precs[] = {{CUDA_BF16X3, "bf16x3"}, {CUDA_BF16, "bf16"}, {CUDA_FP8, "fp8"}};
+        for (size_t prec = 0; prec < DI_ARRAY_LEN(precs); prec++) {
             backend_cuda_precision(bk, precs[prec].p);
             char *copy = xstrdup(prefills), *save = NULL;
             for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -490,7 +490,7 @@ int main(int argc, char **argv) {
             }
             free(copy);
         }
-        for (int prec = 0; prec < 2; prec++) { /* where the time goes, in each precision */
+        for (size_t prec = 0; prec < DI_ARRAY_LEN(precs); prec++) { /* where the time goes, in each precision */
             backend_cuda_precision(bk, precs[prec].p);
             prefill_point(&b, &m, 8192, 1, true, precs[prec].name);
         }

@@ -170,8 +170,9 @@ int main(int argc, char **argv) {
         cuda_precision_t pr = !strcmp(p, "bf16x3") ? CUDA_BF16X3
                               : !strcmp(p, "bf16x2") ? CUDA_BF16X2
                               : !strcmp(p, "bf16")   ? CUDA_BF16
+                              : !strcmp(p, "fp8")    ? CUDA_FP8
                                                      : CUDA_FP32;
-        if (pr == CUDA_FP32) die("--precisions takes bf16, bf16x2 and bf16x3");
+        if (pr == CUDA_FP32) die("--precisions takes bf16, bf16x2, bf16x3 and fp8");
         backend_cuda_precision(bk, pr);
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
             if (wanted(only, shapes[i].name)) dense_point(bk, &shapes[i], false, M, (int)reps, p);

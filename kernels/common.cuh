@@ -146,7 +146,16 @@ __device__ __forceinline__ float kw_at(const kw_t &w, const uint8_t *data, const
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// ---- encoders (lib/dequant.c), bit-exact ports ------------------------------------------------
+// ---- encoders (lib/dequant.c, lib/qat.c), bit-exact ports ----------------------------------------
+// 2^(exponent of t, plus 1 if t is not a power of two), t > 0 (qat_pow2_ceil).
+__device__ __forceinline__ float pow2_ceil_dev(float t) {
+    uint32_t bits = __float_as_uint(t);
+    int k = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
+    return ldexpf(1.0f, k);
+}
+// The UE8M0 scale of an e4m3 block with absolute maximum amax (qat_scale's QAT_FP8_UE8M0).
+__device__ __forceinline__ float fp8_scale_dev(float amax) { return pow2_ceil_dev(fmaxf(amax, 1e-4f) * (float)(1.0 / 448.0)); }
+
 __device__ __forceinline__ uint8_t f32_to_e4m3_dev(float x) {
     uint8_t sign = signbit(x) ? 0x80 : 0;
     float a = fabsf(x);

@@ -55,7 +55,7 @@ typedef struct {
     int64_t ldx;
     float *out;
     int64_t ldo;
-    int act_terms; /* tensor cores: activations as 1, 2 or 3 bf16 pieces (bf16 .. fp32 precision) */
+    int act_terms; /* tensor cores: activations as 1, 2 or 3 bf16 pieces (bf16 .. fp32 precision); 0: e4m3 (fp8, k_matmul_tc8_ok) */
     kw_t w;
     const kw_t *wtab;
     const int32_t *offsets, *x_rows, *active, *tiles, *counts;
@@ -79,8 +79,10 @@ typedef struct {
      * memory), converted by k_matmul_tc when tc_x_fresh, else left by an earlier call on the same x */
     void *tc_x;
     int tc_x_fresh;
-    /* with wtab: the weights' tensor maps for the copying form (k_matmul_tc_wmaps; NULL: not that form) */
+    /* with wtab: the weights' tensor maps for the copying form (k_matmul_tc_wmaps; NULL: not that
+     * form), and whether they take e4m3 activations (k_matmul_tc8_ok) */
     const void *tc_wmaps;
+    int tc8_ok;
     /* On the tensor cores at few positions (k_matmul_tcs) with wtab2 (grouped) or w_pair.data
      * (dense; weights of w's format and shape): out[p] = wpos[p] * act(W x, W2 x) (wpos NULL: 1)
      * with k_moe_act's act and limit: an expert's up projections w1, w3 and their activation in
@@ -131,6 +133,13 @@ size_t k_matmul_tc_x_bytes(const mm_args_t *a);
 size_t k_matmul_tc_wmaps_bytes(int n);
 cudaError_t k_matmul_tc_wmaps(const kw_t *w, int n, void *dev);
 cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s);
+/* Whether the fp8 precision's form (act_terms 0: e4m3 activations, a grouped launch's FP4
+ * weights in the copying form) takes these n weights exactly: FP4 with UE8M0 1x32 scales, k a
+ * multiple of 128, each row's four scales of every 128-block within 2^8 of each other. Checked on
+ * the device, synchronously (once per expert table). */
+int k_matmul_tc8_ok(const kw_t *w, int n);
+/* Whether k_matmul_tc takes a (its shapes, form and weights' tc8_ok) with act_terms 0. */
+int k_matmul_tc8_form(const mm_args_t *a);
 /* Tensor cores for few positions (matmul_tcs.cu), dense or per group: K_TCS_ROWS output rows
  * per block, up to 8 positions a pass (at most m); FP8/FP4 weights, k a multiple of 32; dense:
  * split_k a multiple of 256 and x_group_n of K_TCS_ROWS; wtab2 / w_pair: the fused up

@@ -32,6 +32,18 @@
 //   block barrier a step. Every output is one fixed-order sum over its own row and column, so a
 // position's numbers do not depend on the other positions of the launch.
 //
+// The fp8 precision (act_terms 0; FP4 weights of a grouped launch, the copying form): the
+// activations are e4m3 with a power-of-two scale per position and 128 k (tc_quant8: the model's
+// own activation quantization, qat_apply's QAT_FP8_UE8M0 over blocks of 128), and each thread
+// turns its FP4 weights into e4m3 relative to the largest of its row's four scales in that
+// 128-block, by a table per scale distance (exact while the four lie within 2^8 of each other,
+// which k_matmul_tc8_ok checks once per weight). A 128-block's products (wgmma e4m3, four k32
+// steps, A from registers) land in a second accumulator, added to the first times the row's and
+// the position's scales (the tensor cores keep fewer bits in a long FP8 sum, so each block is
+// promoted to fp32 on its own). Thread q's k32 step j takes k 32q + 8j + {0..3} (fragment
+// columns 4q..) and 32q + 8j + 4 + {0..3} (16 + 4q..): one word of its 16 bytes a step, all
+// under one weight scale; tc_quant8 writes the activations in that order.
+//
 // The weights' k order inside a 64-block: thread (g, q) of a warp holds k 16q..16q+15 of its
 // two rows (FP8 bytes 16q..16q+15, FP4 8q..8q+7, BF16 32q..32q+31); k16 step j takes k = 16q
 // + 4j + {0, 1, 2, 3}, paired in the fragment as (0, 2) for columns 2q, 2q+1 and (1, 3) for
@@ -47,6 +59,7 @@
 #define TC_BP K_TC_POSITIONS // positions per block
 #define TC_BK 64             // reduction per stage: one 128-byte swizzle row of bf16
 #define TC_WS_THREADS 384    // the copying form: two product warpgroups and the copying one (one warp copies)
+#define TC_BK8 128           // the fp8 precision's reduction per stage: one 128-byte swizzle row of e4m3
 
 extern "C" int k_matmul_tc_ok(const kw_t *w) {
     bool quant = (w->kind == KW_FP8 || (w->kind == KW_FP4 && !w->scale_f32)) && w->cols % 32 == 0 && w->block_cols == 32;
@@ -59,16 +72,17 @@ __host__ __device__ constexpr int64_t tc_wbytes(int kind, int64_t n) {
     return kind == KW_FP8 ? n : kind == KW_FP4 ? n / 2 : 2 * n;
 }
 
-// PT positions per block (TC_BP, or half of it where the pieces past the first take a second
-// accumulator: then three more of the half-size stages, as many bytes in flight), as many
-// stages as fit in a block's shared memory (BF16's 2-byte weights: 4, or 7 of the half size).
-template <int KIND, int PT> struct tc_cfg {
-    static constexpr int wrow = (int)tc_wbytes(KIND, TC_BK); // bytes of a weight row per stage
-    static constexpr int bbytes = PT * 128, wbytes = TC_BW * wrow;
+// PT positions per block (TC_BP, or half of it where a second accumulator takes the pieces past
+// the first or a 128-block's fp8 products: then three more of the half-size stages, as many bytes
+// in flight), as many stages as fit in a block's shared memory (BF16's 2-byte weights: 4, or 7 of
+// the half size). A8 (fp8): stages of 128 k, with the positions' scales (sbytes) after the weights.
+template <int KIND, int PT, bool A8 = false> struct tc_cfg {
+    static constexpr int wrow = (int)tc_wbytes(KIND, A8 ? TC_BK8 : TC_BK); // bytes of a weight row per stage
+    static constexpr int bbytes = PT * 128, wbytes = TC_BW * wrow, sbytes = A8 ? (PT + 4) * 4 : 0; /* + 16-byte alignment */
     static constexpr int want = (KIND == KW_FP4 ? 6 : 5) + (PT < TC_BP ? 3 : 0);
-    static constexpr int fit = (227 * 1024 - 1024) / (bbytes + wbytes); // Hopper's most for one block
+    static constexpr int fit = (227 * 1024 - 1024 - 256) / (bbytes + wbytes + sbytes); // Hopper's most for one block
     static constexpr int stages = want < fit ? want : fit;
-    static constexpr int smem = stages * (bbytes + wbytes) + 1024; // + room to align to the swizzle's 1024 bytes
+    static constexpr int smem = stages * (bbytes + wbytes + sbytes) + 1024; // + room to align to the swizzle's 1024 bytes
     static_assert(stages >= 3, "the pipeline loads two stages ahead of the one in use");
 };
 
@@ -106,6 +120,44 @@ __global__ void tc_split_kernel(const float *x, int64_t ldx, const int32_t *x_ro
     }
 #pragma unroll
     for (int t = 0; t < TERMS; t++) xs[(blk * TERMS + t) * 8 + c] = make_uint4(p[t][0], p[t][1], p[t][2], p[t][3]);
+}
+
+// fp8: one warp a (row, 128-block): the block's scale (fp8_scale_dev of its absolute maximum)
+// into scales[kb][row] (rows_pad apart) and its e4m3 bytes, lane l's four (k 4l..4l+3) at byte
+// 32 j + 16 h + 4 q of the block's 128 (k = 32 q + 8 j + 4 h + e, the fragments' order above).
+// Row r of the scratch is x's row x_rows[r] (NULL: r; outside x's x_m rows: zeros).
+__global__ void tc_quant8_kernel(const float *x, int64_t ldx, const int32_t *x_rows, int64_t x_m, int64_t rows, int64_t k,
+                                 int64_t kbn, int64_t rows_pad, uint8_t *xq, float *scales) {
+    pdl_begin();
+    int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, row = wid / kbn, kb = wid - row * kbn;
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    int64_t from = x_rows ? x_rows[row] : row, kend = from >= 0 && from < x_m ? k : 0, k0 = kb * TC_BK8 + 4 * lane;
+    const float *src = x + (kend ? from : 0) * ldx;
+    float v[4], amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; e++) v[e] = k0 + e < kend ? __ldg(src + k0 + e) : 0.0f, amax = fmaxf(amax, fabsf(v[e]));
+#pragma unroll
+    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float sc = fp8_scale_dev(amax);
+    /* the hardware's round to nearest even, saturating at 448: f32_to_e4m3_dev's bits, in two
+     * instructions instead of ~30 an element (v / sc is exact: a power of two) */
+    uint32_t b = (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(v[0] / sc, v[1] / sc), __NV_SATFINITE, __NV_E4M3) |
+                 (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(v[2] / sc, v[3] / sc), __NV_SATFINITE, __NV_E4M3) << 16;
+    int q = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
+    *(uint32_t *)(xq + wid * TC_BK8 + 32 * j + 16 * h + 4 * q) = b;
+    if (lane == 0) scales[kb * rows_pad + row] = sc;
+}
+
+// Whether every (row, 128-block) of an FP4 weight has UE8M0 scales within 2^8 of each other (and
+// none is NaN): nothing at all to count in *bad.
+__global__ void tc8_check_kernel(kw_t w, unsigned *bad) {
+    int64_t ncb = w.cols / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= w.rows * (ncb / 4)) return;
+    const uint8_t *s = w.scale + (i / (ncb / 4)) * ncb + (i % (ncb / 4)) * 4;
+    int lo = 255, hi = 0;
+    for (int c = 0; c < 4; c++) lo = min(lo, (int)s[c]), hi = max(hi, (int)s[c]);
+    if (hi == 255 || hi - lo > 8) atomicAdd(bad, 1u);
 }
 
 // ---- Hopper primitives -------------------------------------------------------------------------
@@ -198,7 +250,49 @@ __device__ __forceinline__ void frag_bf16(const uint8_t *row, int q, uint32_t (&
     }
 }
 
+// fp8: 16 bytes of one row (k 32q..32q+31, one 32-block of scale distance d) into fragment
+// registers r (k 32q + 8j + 0..3 of step j) and r + 2 (+ 4..7) as e4m3: each code's magnitude
+// from the 8-byte table of e2m1 values times 2^-d (tab, one byte a code), its sign moved to bit 7.
+__device__ __forceinline__ void frag_e4m3(uint4 raw, uint2 tab, uint32_t (&a)[4][4], int r) {
+    uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t nib = u[j] >> (16 * h);
+            a[j][r + 2 * h] = __byte_perm(tab.x, tab.y, nib & 0x7777u) | __byte_perm(0u, 0x80808080u, (nib & 0x8888u) >> 1);
+        }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// One 128-block of fp8 products on the first N sub-tiles (tmp overwritten), one commit group.
+template <int N, int NS, int R>
+__device__ __forceinline__ void mma8_run(float (&tmp)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
+    wg_fence();
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int sub = 0; sub < N; sub++) wgmma_e4m3(tmp[sub], a[j], d + ((sub * R * 2 * 128 + j * 32) >> 4), j > 0);
+    wg_commit();
+}
+template <int N, int NS, int R>
+__device__ __forceinline__ void mma8_pick(int nsub, float (&tmp)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
+    if constexpr (N == 1) mma8_run<1>(tmp, a, d);
+    else if (nsub == N) mma8_run<N>(tmp, a, d);
+    else mma8_pick<N - 1>(nsub, tmp, a, d);
+}
+#endif
+
 // ---- the matmul ------------------------------------------------------------------------------------
+// fp8: the activations' scales after the e4m3 bytes of the scratch's rows (a grouped launch's
+// positions), [128-block][rows rounded up to 4], and room for a tile's copy past the last row
+// (k_matmul_tc_x_bytes); the row of 128-block u.
+__host__ __device__ inline int64_t a8_rows_pad(int64_t rows) { return (rows + 3) & ~(int64_t)3; }
+__host__ __device__ inline float *a8_scale_row(const mm_args_t &a, int64_t u) {
+    int64_t kbn = (a.k + TC_BK8 - 1) / TC_BK8;
+    return (float *)((uint8_t *)a.tc_x + a.positions * kbn * TC_BK8) + u * a8_rows_pad(a.positions);
+}
+
 // Three pieces (SEP): the products of the second and third go to a second accumulator (with
 // half the positions a block, for the registers), added to the first at the end. The tensor
 // cores round each k16 step's sum into its accumulator, not to nearest; adding the small
@@ -207,7 +301,7 @@ __device__ __forceinline__ void frag_bf16(const uint8_t *row, int q, uint32_t (&
 // of a tiny test model (test_forward_cuda). Apart, the large sum takes one rounding a k16 step,
 // as with one piece.
 template <int TERMS> __host__ __device__ constexpr bool tc_sep() { return TERMS == 3; }
-template <int TERMS> __host__ __device__ constexpr int tc_positions() { return tc_sep<TERMS>() ? TC_BP / 2 : TC_BP; }
+template <int TERMS> __host__ __device__ constexpr int tc_positions() { return tc_sep<TERMS>() || TERMS == 0 ? TC_BP / 2 : TC_BP; }
 
 // The copying form's tensor maps: the activations' scratch and a dense launch's weight (a
 // grouped one's are a.tc_wmaps, parallel to a.wtab).
@@ -219,15 +313,18 @@ template <int KIND, int TERMS, int SW, bool WS>
 __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_args_t a, const __grid_constant__ tc_maps_t maps) {
     pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr bool SEP = tc_sep<TERMS>();
+    constexpr bool SEP = tc_sep<TERMS>(), A8 = TERMS == 0; // A8: the fp8 precision's e4m3 activations
     constexpr int PT = tc_positions<TERMS>(), BR = PT / 32; // positions a block, activation rows a thread
-    using C = tc_cfg<KIND, PT>;
+    constexpr int BK = A8 ? TC_BK8 : TC_BK, STEPS = A8 ? 1 : TERMS; // a stage's reduction, stages a BK-block
+    using C = tc_cfg<KIND, PT, A8>;
     constexpr int S = C::stages, NS = PT / SW, WCH = C::wrow / 16, WPT = TC_BW * WCH / 256;
     extern __shared__ uint8_t tc_smem[];
     [[maybe_unused]] __shared__ uint64_t full_bar[S], empty_bar[S]; // the copying form's
+    [[maybe_unused]] __shared__ uint2 e4m3_tab[16];                 // fp8: e2m1 codes times 2^-d as e4m3, d = 0..15
     uint32_t raw0 = (uint32_t)__cvta_generic_to_shared(tc_smem), base = (raw0 + 1023) & ~1023u;
     const uint8_t *wsm = tc_smem + (base - raw0) + S * C::bbytes; // weight stages (generic address)
-    uint32_t bsm = base, wsm_s = base + S * C::bbytes;
+    uint32_t bsm = base, wsm_s = base + S * C::bbytes, ssm_s = wsm_s + S * C::wbytes; // ssm: fp8 positions' scales
+    [[maybe_unused]] const float *ssm = (const float *)(wsm + S * C::wbytes);
 
     kw_t w = a.w;
     [[maybe_unused]] const CUtensorMap *wmap = &maps.w;
@@ -246,15 +343,15 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
     int np = (int)min((int64_t)PT, pe - p0), nsub = (np + SW - 1) / SW;
     int64_t n0 = (int64_t)blockIdx.x * TC_BW;
     int64_t k_lo = (int64_t)blockIdx.z * a.split_k, k_hi = min(a.k, k_lo + a.split_k);
-    int nkb = (int)((k_hi - k_lo + TC_BK - 1) / TC_BK), nv = nkb * TERMS;
+    int nkb = (int)((k_hi - k_lo + BK - 1) / BK), nv = nkb * STEPS;
     int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, q = lane & 3;
     int lr = (tid >> 7) * 64 + ((tid >> 5) & 3) * 16 + g; // this thread's weight rows: lr, lr + 8 (tid < 256)
 
     // activation loads: 16-byte chunk bc of tile rows rb + 32 j; a piece row is a run of 128-byte
     // units (one per step), and unit u of the scratch lies at xb + u * 128
     int bc = tid & 7, rb = tid >> 3;
-    int64_t kbn = (a.k + TC_BK - 1) / TC_BK, groups = a.x_group_n ? a.n / a.x_group_n : 1, row_units = groups * kbn * TERMS;
-    int64_t unit0 = (a.x_group_n ? (n0 / a.x_group_n) * kbn * TERMS : 0) + (k_lo / TC_BK) * TERMS;
+    int64_t kbn = (a.k + BK - 1) / BK, groups = a.x_group_n ? a.n / a.x_group_n : 1, row_units = groups * kbn * STEPS;
+    int64_t unit0 = (a.x_group_n ? (n0 / a.x_group_n) * kbn * STEPS : 0) + (k_lo / BK) * STEPS;
     const uint8_t *xb = (const uint8_t *)a.tc_x + unit0 * 128 + bc * 16;
     uint32_t bunit[BR], bmask = 0; // first unit of each row; rows past the tile read row 0, zero-filled
 #pragma unroll
@@ -276,35 +373,41 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
         int id = tid + 256 * i, r = id / WCH, cc = id % WCH;
         int64_t o = n0 + r;
         wok[i] = o < a.n;
-        wsrc[i] = w.data + (a.row0 + (wok[i] ? o : 0)) * wrow_bytes + (k_lo / TC_BK) * C::wrow + cc * 16;
+        wsrc[i] = w.data + (a.row0 + (wok[i] ? o : 0)) * wrow_bytes + (k_lo / BK) * C::wrow + cc * 16;
         wdst[i] = r * C::wrow + cc * 16;
-        wk[i] = cc * (16 * TC_BK / C::wrow); // first k of the chunk
+        wk[i] = cc * (16 * BK / C::wrow); // first k of the chunk
     }
     auto load_stage = [&](int v) {
-        int s = v % S, kb = v / TERMS;
+        int s = v % S, kb = v / STEPS;
 #pragma unroll
         for (int j = 0; j < BR; j++)
             cp_async16(bsm + s * C::bbytes + bdst + j * 32 * 128, xb + (uint64_t)(bunit[j] + v) * 128, (bmask >> j) & 1);
-        if (v == kb * TERMS)
+        if (v == kb * STEPS)
 #pragma unroll
             for (int i = 0; i < WPT; i++)
                 cp_async16(wsm_s + s * C::wbytes + wdst[i], wsrc[i] + kb * C::wrow,
-                           wok[i] && k_lo + kb * TC_BK + wk[i] < k_hi);
+                           wok[i] && k_lo + kb * BK + wk[i] < k_hi);
     };
 
     // the copying thread: stage v when the products of v - S are done; every tile is whole
     // (zeros past the tensors: weight rows past n give products that are dropped)
     [[maybe_unused]] auto copy_stages = [&]() {
         if (a.wtab) tensormap_acquire(wmap);
-        int wc0 = (int)(k_lo / TC_BK) * C::wrow, wc1 = (int)(a.row0 + n0);
+        int wc0 = (int)(k_lo / BK) * C::wrow, wc1 = (int)(a.row0 + n0);
+        constexpr int WBOX = (int)tc_wbytes(KIND, TC_BK); // a weight map's box: 64 k of 128 rows
         for (int v = 0; v < nv; v++) {
-            int s = v % S, kb = v / TERMS;
-            bool with_w = v == kb * TERMS;
+            int s = v % S, kb = v / STEPS;
+            bool with_w = v == kb * STEPS;
             if (v >= S) mbar_wait(&empty_bar[s], (uint32_t)(v / S - 1) & 1);
-            mbar_arrive_expect(&full_bar[s], nsub * SW * 128 + (with_w ? C::wbytes : 0));
+            /* fp8: the positions' scales from the 16 bytes holding p0 on, one bulk copy */
+            uint32_t sbytes = A8 ? (uint32_t)(((p0 & 3) + nsub * SW + 3) & ~3) * 4 : 0;
+            mbar_arrive_expect(&full_bar[s], nsub * SW * 128 + sbytes + (with_w ? C::wbytes : 0));
             for (int sub = 0; sub < nsub; sub++) /* the sub-tiles that hold positions */
                 tma_load_3d(bsm + s * C::bbytes + sub * SW * 128, &maps.x, 0, (int)(unit0 + v), (int)(p0 + sub * SW), &full_bar[s]);
-            if (with_w) tma_load_2d(wsm_s + s * C::wbytes, wmap, wc0 + kb * C::wrow, wc1, &full_bar[s]);
+            if (A8) bulk_load(ssm_s + s * C::sbytes, a8_scale_row(a, unit0 + v) + (p0 & ~(int64_t)3), sbytes, &full_bar[s]);
+            if (with_w)
+                for (int b = 0; b < C::wrow / WBOX; b++)
+                    tma_load_2d(wsm_s + s * C::wbytes + b * TC_BW * WBOX, wmap, wc0 + kb * C::wrow + b * WBOX, wc1, &full_bar[s]);
         }
     };
 
@@ -343,6 +446,11 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
         if (tid == 0) {
             for (int s = 0; s < S; s++) mbar_init(&full_bar[s], 1), mbar_init(&empty_bar[s], 8); // a warp of each warpgroup frees
             mbar_init_fence();
+        }
+        if (A8 && tid < 16) { /* row d: codes 0..7 (0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2^-d, rounded to e4m3 */
+            uint32_t b[2] = {0, 0};
+            for (int c = 1; c < 8; c++) b[c >> 2] |= (uint32_t)f32_to_e4m3_dev(ldexpf(e2m1_f((uint32_t)c), -tid)) << (8 * (c & 3));
+            e4m3_tab[tid] = make_uint2(b[0], b[1]);
         }
         __syncthreads();
     } else {
@@ -392,17 +500,73 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
             if (WS && v >= SETS - 1 && lane == 0) mbar_arrive(&empty_bar[(v - (SETS - 1)) % S]); // that step's products are done
         }
     };
+    // the copying warpgroup's registers to the product ones (fp8: its copies of the scales need
+    // more than 40: past its share the copying thread met an illegal instruction, device run 152)
+    constexpr int COPY_REGS = A8 ? 56 : 40;
     if (WS && tid >= 256) {
-        regs_dec<40>();
+        regs_dec<COPY_REGS>();
         if (tid == 256) copy_stages();
         return;
     }
-    if constexpr (WS) regs_inc<232>();
-    for (int kb = 0; kb < nkb; kb += SETS) {
-        kblock(kb, std::integral_constant<int, 0>{});
-        if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
-        if constexpr (SETS > 2)
-            if (kb + 2 < nkb) kblock(kb + 2, std::integral_constant<int, SETS - 1>{});
+    if constexpr (WS) regs_inc<(65536 / 128 - COPY_REGS) / 2 / 8 * 8>(); // 232 or 224 a thread
+    if constexpr (A8) {
+        // a 128-block: its products into tmp while the next block's fragments are made, then
+        // tmp added to acc times the scales (the row's reference, the position's)
+        float tmp[NS][SW / 2], wref[2][2]; /* wref: the rows' reference scales, by register set */
+        uint32_t sw[2] = {0, 0};           /* the rows' four scale bytes of the next block to make */
+        auto scale_words = [&](int kb) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) sw[h] = kb < nkb ? __ldg((const uint32_t *)(rs[h] + (k_lo >> 5)) + kb) : 0u;
+        };
+        auto make = [&](int kb, auto set) {
+            constexpr int SET = decltype(set)::value;
+            int s = kb % S;
+            uint32_t w2[2] = {sw[0], sw[1]};
+            scale_words(kb + 1);
+            mbar_wait(&full_bar[s], (uint32_t)(kb / S) & 1);
+            const uint8_t *ws = wsm + s * C::wbytes + (q >> 1) * (TC_BW * 32) + (q & 1) * 16;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t m = __vmaxu4(w2[h], w2[h] >> 8);
+                m = __vmaxu4(m, m >> 16) & 0xFF;
+                uint32_t d = min(m - ((w2[h] >> (8 * q)) & 0xFF), 15u);
+                wref[SET][h] = e8m0_f((uint8_t)m);
+                frag_e4m3(*(const uint4 *)(ws + (lr + 8 * h) * 32), e4m3_tab[d], A[SET], h);
+            }
+        };
+        auto block8 = [&](int kb, auto set) {
+            constexpr int SET = decltype(set)::value;
+            int s = kb % S;
+            mma8_pick<NS>(nsub, tmp, A[SET], sw128_desc(bsm + s * C::bbytes));
+            if (kb + 1 < nkb) make(kb + 1, std::integral_constant<int, SET ^ 1>{});
+            wg_wait<0>();
+            const float *as = ssm + s * (C::sbytes / 4) + (p0 & 3);
+#pragma unroll
+            for (int sub = 0; sub < NS; sub++) {
+                fence_regs(tmp[sub]);
+                if (sub < nsub)
+#pragma unroll
+                    for (int i = 0; i < SW / 8; i++) {
+                        float p2[2] = {as[sub * SW + 8 * i + 2 * q], as[sub * SW + 8 * i + 2 * q + 1]};
+#pragma unroll
+                        for (int c = 0; c < 4; c++) acc[sub][4 * i + c] += tmp[sub][4 * i + c] * (wref[SET][c >> 1] * p2[c & 1]);
+                    }
+            }
+            if (lane == 0) mbar_arrive(&empty_bar[s]); /* this warp is done with the stage */
+        };
+        scale_words(0);
+        make(0, std::integral_constant<int, 0>{});
+        for (int kb = 0; kb < nkb; kb += 2) {
+            block8(kb, std::integral_constant<int, 0>{});
+            if (kb + 1 < nkb) block8(kb + 1, std::integral_constant<int, 1>{});
+        }
+    } else {
+        for (int kb = 0; kb < nkb; kb += SETS) {
+            kblock(kb, std::integral_constant<int, 0>{});
+            if (kb + 1 < nkb) kblock(kb + 1, std::integral_constant<int, 1>{});
+            if constexpr (SETS > 2)
+                if (kb + 2 < nkb) kblock(kb + 2, std::integral_constant<int, SETS - 1>{});
+        }
     }
     wg_wait<0>();
 #pragma unroll
@@ -439,6 +603,13 @@ static bool ws_form(const mm_args_t *a) {
     return k_hopper && a->k % TC_BK == 0 && a->splits <= 1 && (a->wtab ? a->tc_wmaps != NULL : a->k == a->w.cols);
 }
 
+// The fp8 precision's form: a grouped launch of FP4 weights in the copying form, k a multiple of 128.
+static bool a8_shape(const mm_args_t *a) {
+    return a->wtab && a->tc8_ok && a->w.kind == KW_FP4 && a->k % TC_BK8 == 0 && !a->x_group_n && ws_form(a);
+}
+static bool a8_form(const mm_args_t *a) { return a->act_terms == 0 && a8_shape(a); }
+extern "C" int k_matmul_tc8_form(const mm_args_t *a) { return a8_shape(a); }
+
 // The scratch's rows: x's, or a grouped launch's positions (x's rows in position order where the
 // copying form reads them: its tiles are whole boxes of consecutive rows).
 static bool split_gathers(const mm_args_t *a) { return a->wtab && a->x_rows && ws_form(a); }
@@ -446,7 +617,18 @@ static int64_t split_rows(const mm_args_t *a) { return a->wtab && (!a->x_rows ||
 static int64_t split_groups(const mm_args_t *a) { return a->x_group_n ? a->n / a->x_group_n : 1; }
 
 extern "C" size_t k_matmul_tc_x_bytes(const mm_args_t *a) {
+    if (a->act_terms == 0) /* e4m3 bytes, then the scales (a8_scale_row) */
+        return (size_t)((split_rows(a) * TC_BK8 + a8_rows_pad(split_rows(a)) * 4) * ceil_div(a->k, TC_BK8) + (TC_BP / 2 + 4) * 4);
     return (size_t)(split_rows(a) * split_groups(a) * ceil_div(a->k, TC_BK) * a->act_terms * TC_BK * 2);
+}
+
+static cudaError_t quant8(const mm_args_t *a, cudaStream_t s) {
+    int64_t rows = split_rows(a), kbn = ceil_div(a->k, TC_BK8), threads = rows * kbn * 32;
+    if (threads == 0) return cudaSuccess;
+    bool gather = split_gathers(a);
+    return k_launch(tc_quant8_kernel, (unsigned)ceil_div(threads, 256), 256, 0, s, a->x, a->ldx,
+                    gather ? a->x_rows : (const int32_t *)NULL, gather ? a->m : rows, rows, a->k, kbn, a8_rows_pad(rows),
+                    (uint8_t *)a->tc_x, a8_scale_row(*a, 0));
 }
 
 template <int TERMS> static cudaError_t split(const mm_args_t *a, cudaStream_t s) {
@@ -481,6 +663,14 @@ static cudaError_t x_map(const mm_args_t *a, int sw, CUtensorMap *map) {
     return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, a->tc_x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// fp8: the e4m3 scratch in the same boxes (128 bytes of a 128-block).
+static cudaError_t x8_map(const mm_args_t *a, int sw, CUtensorMap *map) {
+    cuuint64_t units = (cuuint64_t)ceil_div(a->k, TC_BK8), dims[3] = {TC_BK8, units, (cuuint64_t)split_rows(a)};
+    cuuint64_t strides[2] = {TC_BK8, units * TC_BK8};
+    cuuint32_t box[3] = {TC_BK8, 1, (cuuint32_t)sw};
+    return encode_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, a->tc_x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // A weight's raw bytes as a 2-D tensor (rows of its storage bytes), read in boxes of TC_BW rows
 // by a stage's bytes (a 64-block of the reduction), laid out plainly.
 static cudaError_t w_map(const kw_t *w, CUtensorMap *map) {
@@ -503,7 +693,7 @@ extern "C" cudaError_t k_matmul_tc_wmaps(const kw_t *w, int n, void *dev) {
 }
 
 template <int KIND, int TERMS, int SW, bool WS> static cudaError_t launch(const mm_args_t *a, cudaStream_t s) {
-    constexpr int PT = tc_positions<TERMS>(), smem = tc_cfg<KIND, PT>::smem;
+    constexpr int PT = tc_positions<TERMS>(), smem = tc_cfg<KIND, PT, TERMS == 0>::smem;
     static bool raised;
     if (!raised) {
         cudaError_t e = cudaFuncSetAttribute(mm_tc_kernel<KIND, TERMS, SW, WS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -512,7 +702,7 @@ template <int KIND, int TERMS, int SW, bool WS> static cudaError_t launch(const 
     }
     tc_maps_t maps = {};
     if (WS) {
-        cudaError_t e = x_map(a, SW, &maps.x);
+        cudaError_t e = TERMS == 0 ? x8_map(a, SW, &maps.x) : x_map(a, SW, &maps.x);
         if (e == cudaSuccess && !a->wtab) e = w_map(&a->w, &maps.w);
         if (e != cudaSuccess) return e;
     }
@@ -532,6 +722,10 @@ template <int KIND, int TERMS> static cudaError_t launch_form(const mm_args_t *a
 }
 
 template <int KIND> static cudaError_t launch_terms(const mm_args_t *a, cudaStream_t s) {
+    if (a->act_terms == 0) {
+        if constexpr (KIND == KW_FP4) return a8_form(a) ? launch<KIND, 0, 64, true>(a, s) : cudaErrorInvalidValue;
+        return cudaErrorInvalidValue;
+    }
     if (a->act_terms >= 3) return launch_form<KIND, 3>(a, s);
     if (a->act_terms == 2) return launch_form<KIND, 2>(a, s);
     return launch_form<KIND, 1>(a, s);
@@ -539,14 +733,38 @@ template <int KIND> static cudaError_t launch_terms(const mm_args_t *a, cudaStre
 
 extern "C" cudaError_t k_matmul_tc(const mm_args_t *a, cudaStream_t s) {
     if (!k_matmul_tc_ok(&a->w) || a->k % (a->w.kind == KW_BF16 ? 8 : 32) || (a->splits > 1 && a->split_k % TC_BK) ||
-        a->x_group_n % TC_BW || !a->tc_x || a->act_terms < 1)
+        a->x_group_n % TC_BW || !a->tc_x || a->act_terms < 0 || (a->act_terms == 0 && !a8_form(a)))
         return cudaErrorInvalidValue;
     if (a->n <= 0 || (a->wtab ? a->max_tiles : a->m) <= 0) return cudaSuccess;
     if (a->tc_x_fresh) {
-        cudaError_t e = a->act_terms >= 3 ? split<3>(a, s) : a->act_terms == 2 ? split<2>(a, s) : split<1>(a, s);
+        cudaError_t e = a->act_terms == 0   ? quant8(a, s)
+                        : a->act_terms >= 3 ? split<3>(a, s)
+                        : a->act_terms == 2 ? split<2>(a, s)
+                                            : split<1>(a, s);
         if (e != cudaSuccess) return e;
     }
     return a->w.kind == KW_FP8 ? launch_terms<KW_FP8>(a, s)
            : a->w.kind == KW_FP4 ? launch_terms<KW_FP4>(a, s)
                                  : launch_terms<KW_BF16>(a, s);
+}
+
+extern "C" int k_matmul_tc8_ok(const kw_t *w, int n) {
+    unsigned *bad;
+    if (cudaMalloc(&bad, sizeof *bad) != cudaSuccess) return 0;
+    unsigned h = 0;
+    cudaError_t e = cudaMemset(bad, 0, sizeof *bad);
+    for (int i = 0; i < n && e == cudaSuccess; i++) {
+        const kw_t *x = &w[i];
+        if (x->kind != KW_FP4 || x->scale_f32 || x->block_rows != 1 || x->block_cols != 32 || x->cols % TC_BK8 ||
+            (uintptr_t)x->scale % 4) {
+            h = 1;
+            break;
+        }
+        int64_t items = x->rows * (x->cols / TC_BK8);
+        if (items > 0) tc8_check_kernel<<<(unsigned)ceil_div(items, 256), 256>>>(*x, bad);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess && !h) e = cudaMemcpy(&h, bad, sizeof h, cudaMemcpyDeviceToHost);
+    cudaFree(bad);
+    return e == cudaSuccess && h == 0;
 }

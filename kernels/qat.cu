@@ -4,15 +4,9 @@
 
 enum { QAT_FP8_UE8M0, QAT_FP4_UE8M0, QAT_FP4_E4M3 }; // = qat_kind_t
 
-__device__ float pow2_ceil_dev(float t) {
-    uint32_t bits = __float_as_uint(t);
-    int k = (int)((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0);
-    return ldexpf(1.0f, k);
-}
-
 __device__ float qat_scale_dev(int kind, float amax) {
     switch (kind) {
-    case QAT_FP8_UE8M0: return pow2_ceil_dev(fmaxf(amax, 1e-4f) * (float)(1.0 / 448.0));
+    case QAT_FP8_UE8M0: return fp8_scale_dev(amax);
     case QAT_FP4_UE8M0: return pow2_ceil_dev(fmaxf(amax, (float)(6.0 * 0x1p-126)) * (float)(1.0 / 6.0));
     default: return e4m3_f(f32_to_e4m3_dev(fmaxf(amax, (float)(6.0 * 0x1p-9)) / 6.0f));
     }

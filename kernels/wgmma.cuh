@@ -68,6 +68,21 @@ template <int T> __device__ __forceinline__ void wgmma_rs(float (&d)[128], const
                    TC_D8(80), TC_D8(88), TC_D8(96), TC_D8(104), TC_D8(112), TC_D8(120)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(T));
 }
+// d[64 x N] (+)= A[64 x 32] * B[32 x N] in e4m3 (fp32 accumulators; add = 0 overwrites d): A from
+// registers (a[0] row g k 4q.., a[1] row g + 8, a[2], a[3] the same at k 16 + 4q..), B K-major in
+// shared memory.
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int add) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" WG_R0 "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
+}
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], const uint32_t (&a)[4], uint64_t desc, int add) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" WG_R0 ", " WG_R1 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24), TC_D8(32), TC_D8(40), TC_D8(48), TC_D8(56)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
+}
 // d[64 x 32] += A[64 x 16] * B[16 x 32], both K-major in shared memory.
 __device__ __forceinline__ void wgmma_ss(float (&d)[16], uint64_t da, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"

@@ -565,6 +565,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
     if (prec && !strcmp(prec, "bf16x2")) c->precision = CUDA_BF16X2;
     else if (prec && !strcmp(prec, "bf16")) c->precision = CUDA_BF16;
     else if (prec && !strcmp(prec, "fp32")) c->precision = CUDA_FP32;
+    else if (prec && !strcmp(prec, "fp8")) c->precision = CUDA_FP8;
     else if (prec && *prec && strcmp(prec, "bf16x3")) {
         snprintf(err, errlen, "DI_CUDA_PRECISION must be bf16x3, bf16x2, bf16 or fp32, not '%s'", prec);
         free(c);

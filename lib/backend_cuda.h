@@ -39,9 +39,14 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen);
  *   CUDA_BF16X2  two pieces (about 16 bits);
  *   CUDA_BF16    rounded to bf16 (the fastest; on the tiny random test models this and BF16X2
  *                flip QAT, routing and top-k decisions, whose effects persist: docs/CUDA_NOTES.md);
- *   CUDA_FP32    no tensor cores: every matmul on the CUDA cores in fp32 (slow prefill).
- * The environment variable DI_CUDA_PRECISION (bf16x3, bf16x2, bf16, fp32) sets it at creation. */
-typedef enum { CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16, CUDA_FP32 } cuda_precision_t;
+ *   CUDA_FP32    no tensor cores: every matmul on the CUDA cores in fp32 (slow prefill);
+ *   CUDA_FP8     CUDA_BF16, but the routed experts' FP4 matmuls on many positions (prefill) take
+ *                their activations in e4m3 with a power-of-two scale per position and 128
+ *                columns, as the model was trained (MODEL.md §2.1: act_quant(x, 128, ue8m0)), on
+ *                the FP8 tensor cores (kernels/matmul_tc.cu; where a layer's weights cannot take
+ *                that form exactly, k_matmul_tc8_ok, its experts stay in bf16).
+ * The environment variable DI_CUDA_PRECISION (bf16x3, bf16x2, bf16, fp32, fp8) sets it at creation. */
+typedef enum { CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16, CUDA_FP32, CUDA_FP8 } cuda_precision_t;
 void backend_cuda_precision(backend_t *bk, cuda_precision_t p);
 /* The prefill kernels' Hopper forms (kernels/kernels.h k_set_hopper_forms; on unless
  * DI_CUDA_HOPPER=0 at creation), for every CUDA backend of the process: the matmuls give the same

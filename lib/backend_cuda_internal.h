@@ -45,6 +45,7 @@ typedef struct {
     int n;
     kw_t *host, *dev; /* 3 * n: w1 of every expert, then w2, then w3 */
     const void *maps; /* their tensor maps in dev's allocation (k_matmul_tc_wmaps), NULL where not all take them */
+    bool fp8;         /* all take the fp8 precision's form (k_matmul_tc8_ok) */
 } cu_experts_t;
 
 typedef struct {

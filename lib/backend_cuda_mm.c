@@ -30,7 +30,9 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The tensor cores take weight x scale rounded to bf16: exact for power-of-two scales; other
  * fp32 scales only where plain bf16 precision was asked for (the CUDA cores apply them in fp32). */
-static bool tc_weights_ok(const cuda_t *c, const kw_t *w) { return !w->scale_inexact || c->precision == CUDA_BF16; }
+static bool tc_weights_ok(const cuda_t *c, const kw_t *w) {
+    return !w->scale_inexact || c->precision == CUDA_BF16 || c->precision == CUDA_FP8;
+}
 
 static bool use_tc(const cuda_t *c, const mm_args_t *a) {
     bool enough = a->wtab ? a->positions >= 32 * a->max_active : a->m >= TC_MIN_POSITIONS;
@@ -71,7 +73,11 @@ static int64_t split_below(const cuda_t *c, int64_t blocks, int64_t few, int64_t
 
 int64_t cu_simt_split_k(const cuda_t *c, int64_t n, int64_t k) { return split_below(c, cdiv(n, 16), 2 * c->sms, k); }
 
-static int act_terms(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1; }
+/* The tensor cores' activations: bf16 pieces, or 0 for e4m3 (the fp8 precision's routed experts). */
+static int act_terms(const cuda_t *c, const mm_args_t *a) {
+    if (c->precision == CUDA_FP8 && use_tc(c, a) && k_matmul_tc8_form(a)) return 0;
+    return c->precision == CUDA_BF16X3 ? 3 : c->precision == CUDA_BF16X2 ? 2 : 1;
+}
 
 /* Picks the path and the split of a dense or grouped matmul, launches it. profile: mark it. On
  * the tensor cores the activations' bf16 pieces go to scratch unless the caller left them in
@@ -79,7 +85,7 @@ static int act_terms(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 3 :
 static void mm_run(cuda_t *c, mm_args_t *a, bool profile) {
     bool grouped = a->wtab != NULL, tc = use_tc(c, a), tcs = use_tcs(c, a);
     int32_t *route_idx = a->route.idx;
-    a->act_terms = act_terms(c);
+    a->act_terms = act_terms(c, a);
     bool fast = tc || k_matmul_fast_ok(&a->w);
     a->splits = 1, a->split_k = a->k, a->partial = NULL, a->pos_chunk = 0;
     a->sms = c->sms;
@@ -231,8 +237,9 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
     CU(cudaMemcpy(dev, h, (size_t)(3 * n) * sizeof *h, cudaMemcpyHostToDevice));
     const void *maps = k_matmul_tc_wmaps(h, 3 * n, (char *)dev + tab) == cudaSuccess ? (char *)dev + tab : NULL;
     cudaGetLastError(); /* a table that cannot take the maps only goes without them */
+    bool fp8 = maps && h[0].kind == KW_FP4 && k_matmul_tc8_ok(h, 3 * n);
     c->expert_tabs = xrealloc(c->expert_tabs, (size_t)(c->n_expert_tabs + 1) * sizeof *c->expert_tabs);
-    c->expert_tabs[c->n_expert_tabs] = (cu_experts_t){ex, n, h, dev, maps};
+    c->expert_tabs[c->n_expert_tabs] = (cu_experts_t){ex, n, h, dev, maps, fp8};
     return &c->expert_tabs[c->n_expert_tabs++];
 }
 
@@ -274,9 +281,10 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     const cu_experts_t *tab = expert_table(c, experts, (int)E);
     float *g = cu_scratch(c, (size_t)(P * I) * 4), *u = cu_scratch(c, (size_t)(P * I) * 4), *y = cu_scratch(c, (size_t)(P * D) * 4);
     mm_args_t a = {.m = m, .n = I, .k = D, .x = x.ptr, .ldx = x.ld, .out = g, .ldo = I, .w = tab->host[0],
-                   .wtab = tab->dev, .max_active = groups, .max_tiles = tiles, .positions = P, .tc_wmaps = map_at(tab, 0)};
+                   .wtab = tab->dev, .max_active = groups, .max_tiles = tiles, .positions = P, .tc_wmaps = map_at(tab, 0),
+                   .tc8_ok = tab->fp8};
     mm_args_t down = {.m = m, .n = D, .k = I, .x = g, .ldx = I, .out = y, .ldo = D, .w = tab->host[E], .wtab = tab->dev + E,
-                      .max_active = groups, .max_tiles = tiles, .positions = P, .tc_wmaps = map_at(tab, E)};
+                      .max_active = groups, .max_tiles = tiles, .positions = P, .tc_wmaps = map_at(tab, E), .tc8_ok = tab->fp8};
     /* Few slots, each its own block on the tensor cores: the blocks read the router's idx and wt
      * themselves and the dispatch kernel is skipped (one dependent launch fewer a decode layer;
      * a slot's numbers are those of its one-position group either way). */
@@ -302,7 +310,7 @@ void cu_moe(backend_t *bk, bk_tensor_t out, bk_tensor_t x, bk_tensor_t idx, bk_t
     cu_prof_begin(c, use_tc(c, &a) ? "moe experts (tensor cores)" : use_tcs(c, &a) ? "moe experts (tensor cores, 8 a pass)"
                                                                                   : "moe experts (cuda cores)");
     void *xs = NULL; /* w1 and w3 read one conversion of x on the tensor cores */
-    if (use_tc(c, &a)) a.act_terms = act_terms(c), xs = a.tc_x = cu_scratch(c, k_matmul_tc_x_bytes(&a)), a.tc_x_fresh = 1;
+    if (use_tc(c, &a)) a.act_terms = act_terms(c, &a), xs = a.tc_x = cu_scratch(c, k_matmul_tc_x_bytes(&a)), a.tc_x_fresh = 1;
     bool fused = use_tcs(c, &a); /* few positions per expert: w1, w3 and the activation in one launch */
     if (fused) a.wtab2 = tab->dev + 2 * E, a.wpos = direct ? wt.ptr : wpos, a.limit = limit;
     mm_run(c, &a, false); /* w1 */

@@ -17,7 +17,8 @@ static int tc_pieces(const cuda_t *c) {
     switch (c->precision) {
     case CUDA_BF16X3: return 3;
     case CUDA_BF16X2: return 2;
-    case CUDA_BF16: return 1;
+    case CUDA_BF16:
+    case CUDA_FP8: return 1;
     default: return 0;
     }
 }

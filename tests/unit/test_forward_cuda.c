@@ -80,7 +80,7 @@ static void agree(const char *what, const float *a, const float *b, size_t n, in
 
 /* ---- (a) logits ------------------------------------------------------------------------------ */
 /* The precisions (backend_cuda.h): fp32 everywhere and the default bf16x3 tensor-core
- * activations (both the CPU's numbers up to summation order: 1e-4), bf16x2 and plain bf16 (the
+ * activations (both the CPU's numbers up to summation order: 1e-4), bf16x2, plain bf16 and fp8 (the
  * issue's bound, 1e-2, printed but not checked: on these random tiny models their roundings flip
  * QAT, routing and top-k decisions, whose effects persist). QAT-on logits against HF are
  * printed only: HF fp32 itself leaves the fp64 reference at such flips (tests/golden/README.md). */
@@ -92,7 +92,8 @@ static const struct {
 } modes[] = {{CUDA_FP32, "fp32", 1e-4, true},
              {CUDA_BF16X3, "bf16x3 tensor cores", 1e-4, true},
              {CUDA_BF16X2, "bf16x2 tensor cores", 1e-2, false},
-             {CUDA_BF16, "bf16 tensor cores", 1e-2, false}};
+             {CUDA_BF16, "bf16 tensor cores", 1e-2, false},
+             {CUDA_FP8, "fp8 tensor cores", 1e-2, false}};
 
 static void test_logits_vs_cpu_and_goldens(void) {
     for (int i = 0; i < 2; i++) {
