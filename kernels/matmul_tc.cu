@@ -170,24 +170,29 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// One reduction step (four k16) on the first N sub-tiles of SW positions, one commit group. The
-// stage's descriptor d plus an offset / 16 addresses a k16 slice of a sub-tile (shared addresses
-// stay below 2^18, so the 14-bit field takes the sum).
-template <int N, int NS, int R>
+// One reduction step (four k16; E4M3: four k32 of e4m3, acc overwritten) on the first N
+// sub-tiles of SW positions, one commit group. The stage's descriptor d plus an offset / 16
+// addresses a k16 slice of a sub-tile (shared addresses stay below 2^18, so the 14-bit field
+// takes the sum).
+template <int N, bool E4M3, int NS, int R>
 __device__ __forceinline__ void mma_run(float (&acc)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
     wg_fence();
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int sub = 0; sub < N; sub++) wgmma_rs<0>(acc[sub], a[j], d + ((sub * R * 2 * 128 + j * 32) >> 4));
+        for (int sub = 0; sub < N; sub++) {
+            uint64_t bd = d + ((sub * R * 2 * 128 + j * 32) >> 4);
+            if constexpr (E4M3) wgmma_e4m3(acc[sub], a[j], bd, j > 0); // fp8: k32 steps, acc overwritten
+            else wgmma_rs<0>(acc[sub], a[j], bd);
+        }
     wg_commit();
 }
 // The run for nsub sub-tiles (1 <= nsub <= N), most likely the full one first.
-template <int N, int NS, int R>
+template <int N, bool E4M3 = false, int NS, int R>
 __device__ __forceinline__ void mma_pick(int nsub, float (&acc)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
-    if constexpr (N == 1) mma_run<1>(acc, a, d);
-    else if (nsub == N) mma_run<N>(acc, a, d);
-    else mma_pick<N - 1>(nsub, acc, a, d);
+    if constexpr (N == 1) mma_run<1, E4M3>(acc, a, d);
+    else if (nsub == N) mma_run<N, E4M3>(acc, a, d);
+    else mma_pick<N - 1, E4M3>(nsub, acc, a, d);
 }
 #endif
 
@@ -263,25 +268,6 @@ __device__ __forceinline__ void frag_e4m3(uint4 raw, uint2 tab, uint32_t (&a)[4]
             a[j][r + 2 * h] = __byte_perm(tab.x, tab.y, nib & 0x7777u) | __byte_perm(0u, 0x80808080u, (nib & 0x8888u) >> 1);
         }
 }
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// One 128-block of fp8 products on the first N sub-tiles (tmp overwritten), one commit group.
-template <int N, int NS, int R>
-__device__ __forceinline__ void mma8_run(float (&tmp)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
-    wg_fence();
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int sub = 0; sub < N; sub++) wgmma_e4m3(tmp[sub], a[j], d + ((sub * R * 2 * 128 + j * 32) >> 4), j > 0);
-    wg_commit();
-}
-template <int N, int NS, int R>
-__device__ __forceinline__ void mma8_pick(int nsub, float (&tmp)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
-    if constexpr (N == 1) mma8_run<1>(tmp, a, d);
-    else if (nsub == N) mma8_run<N>(tmp, a, d);
-    else mma8_pick<N - 1>(nsub, tmp, a, d);
-}
-#endif
 
 // ---- the matmul ------------------------------------------------------------------------------------
 // fp8: the activations' scales after the e4m3 bytes of the scratch's rows (a grouped launch's
@@ -537,7 +523,7 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
         auto block8 = [&](int kb, auto set) {
             constexpr int SET = decltype(set)::value;
             int s = kb % S;
-            mma8_pick<NS>(nsub, tmp, A[SET], sw128_desc(bsm + s * C::bbytes));
+            mma_pick<NS, true>(nsub, tmp, A[SET], sw128_desc(bsm + s * C::bbytes));
             if (kb + 1 < nkb) make(kb + 1, std::integral_constant<int, SET ^ 1>{});
             wg_wait<0>();
             const float *as = ssm + s * (C::sbytes / 4) + (p0 & 3);
