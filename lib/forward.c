@@ -88,29 +88,33 @@ typedef struct {
 
 static int64_t row_of(const seq_rows_t *r, int64_t k) { return k < r->head ? r->hr + k : r->tr + k - r->head; }
 
-/* Token ids and the Engram rows of every batch row (hashing is host integer work): the ids are
- * uploaded, the rows returned (NULL without Engram layers) to be uploaded once the embedding is
- * issued, so that its gather waits on the ids' copy alone. */
-static int32_t *inputs(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
-    backend_t *bk = f->bk;
+/* The token ids of every batch row, uploaded for the embedding's gather. */
+static void upload_ids(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
+    int32_t *tok = xmalloc((size_t)f->n * 4);
+    for (int i = 0; i < n_seqs; i++)
+        for (int64_t k = 0; k < seqs[i].n; k++) tok[row_of(&rows_of[i], k)] = (int32_t)seqs[i].ids[k];
+    f->bk->upload(f->bk, f->ids, tok);
+    free(tok);
+}
+
+/* The Engram rows of every batch row, uploaded. Hashing is host integer work (~0.2 us a token),
+ * so the forward calls this once the blocks before the first Engram layer are issued: on an
+ * asynchronous backend the device runs them meanwhile instead of waiting for the hashes. */
+static void upload_engram_rows(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
     const engram_hash_t *h = &f->m->engram;
     int R = h->n_orders * h->n_heads;
-    int32_t *tok = xmalloc((size_t)f->n * 4), ctx[MC_MAX_NGRAM];
-    int32_t *rows = h->n_layers ? xmalloc((size_t)(f->n * h->n_layers * R) * 4) : NULL;
+    int32_t *rows = xmalloc((size_t)(f->n * h->n_layers * R) * 4), ctx[MC_MAX_NGRAM];
     for (int i = 0; i < n_seqs; i++) {
         const uint32_t *ids = seqs[i].ids;
         for (int64_t k = 0; k < seqs[i].n; k++) {
             int64_t row = row_of(&rows_of[i], k);
-            tok[row] = (int32_t)ids[k];
-            if (!rows) continue;
             for (int s = 0; s < h->max_ngram; s++)
                 ctx[s] = k - s >= 0 ? engram_compress(h, ids[k - s]) : seqs[i].st->hist[s - k - 1];
             for (int e = 0; e < h->n_layers; e++) engram_rows(h, e, ctx, rows + (row * h->n_layers + e) * R);
         }
     }
-    bk->upload(bk, f->ids, tok);
-    free(tok);
-    return rows;
+    f->bk->upload(f->bk, f->erows, rows);
+    free(rows);
 }
 
 static void block(fwd_t *f, int L, int64_t k0) {
@@ -244,14 +248,18 @@ int forward_batch_pick(fwd_seq_t *seqs, int n_seqs, sampler_t *scratch, char *er
     fwd_t f = {.m = m, .c = c, .bk = m->bk, .n = n, .pieces = pieces, .n_pieces = np, .k0 = k0};
     backend_t *bk = f.bk;
     chunk_alloc(&f);
-    int32_t *erows = inputs(&f, seqs, n_seqs, rows);
+    upload_ids(&f, seqs, n_seqs, rows);
     bk->gather(bk, f.xc, m->embed, f.ids);
     bk->hc_fill(bk, f.X, bk_cols(f.coefF, 0, c->hc_mult), f.xc, c->hc_mult); /* block 0 reads stream 0 */
-    if (erows) bk->upload(bk, f.erows, erows);
-    free(erows);
+    bool engram_rows_uploaded = false;
     for (int L = 0; L < c->n_layers; L++) {
         int64_t from = L <= c->first_decoder_layer ? 0 : k0;
-        if (from < n) block(&f, L, from);
+        if (from >= n) continue;
+        if (c->layers[L].engram >= 0 && !engram_rows_uploaded) {
+            upload_engram_rows(&f, seqs, n_seqs, rows);
+            engram_rows_uploaded = true;
+        }
+        block(&f, L, from);
     }
     /* logits: the tail rows (ALL) or the last row (LAST) of each sequence whose chunk reaches the decoder */
     head_row_t *want = xmalloc((size_t)(n + 1) * sizeof *want);
