@@ -97,7 +97,7 @@ static void upload_ids(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_ro
     free(tok);
 }
 
-/* The Engram rows of every batch row, uploaded. Hashing is host integer work (~0.2 us a token),
+/* The Engram rows of every batch row, uploaded. Hashing is host integer work on every token,
  * so the forward calls this once the blocks before the first Engram layer are issued: on an
  * asynchronous backend the device runs them meanwhile instead of waiting for the hashes. */
 static void upload_engram_rows(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
