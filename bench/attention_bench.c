@@ -1,12 +1,14 @@
 /* Prefill attention and indexer alone on DeepSeek-V4.1-Flash shapes (no model): one sequence of
  * N query rows at positions 0..N-1 (64 heads of 512, window 128, a pool of N / ratio entries,
- * top-512 selections; indexer 32 heads of 128 against N / ratio keys), inputs quantized as the
+ * top-512 selections; indexer 32 heads of 128 against N / ratio keys; pool and keys in paged
+ * stores as a sequence's state holds them), inputs quantized as the
  * forward's QAT leaves them. Milliseconds per call (the best of 5 after a warm-up, synchronized)
  * in each precision; fp32 is the CUDA-core kernels, and so is bf16x3's attention
  * (lib/backend_cuda_tc.c says why).
  *
  *   attention_bench [--rows N] */
 #include "backend_cuda.h"
+#include "pagestore.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -29,7 +31,8 @@ static double ms_of(backend_t *bk, void (*fn)(void *), void *arg) {
 
 typedef struct {
     backend_t *bk;
-    bk_tensor_t out, q, sink, ring, kv, pool, sel, iq, iw, keys, isel;
+    bk_tensor_t out, q, sink, ring, kv, sel, iq, iw, isel;
+    bk_paged_t pool, keys;
     int ratio;
 } job_t;
 
@@ -41,6 +44,21 @@ static void attention(void *p) {
 static void indexer(void *p) {
     job_t *j = p;
     j->bk->indexer_topk(j->bk, j->isel, NULL, j->iq, j->iw, j->keys, 0, j->ratio, NULL, 8, 1.0f / 11.3137085f, 1.0f / 5.656854f);
+}
+
+/* A paged store of n random rows, quantized as the forward's QAT leaves them. */
+static pagestore_t random_store(backend_t *bk, pagepool_t *pp, int64_t n, uint64_t seed, qat_kind_t kind, int block) {
+    pagestore_t s = pagestore_new(pp);
+    pagestore_reserve(&s, n);
+    pagestore_sync(&s);
+    bk_paged_t p = pagestore_view(&s, n);
+    bk_tensor_t v;
+    for (int64_t r = 0; r < n; r += v.rows) {
+        bk_paged_run(p, r, n - r, &v);
+        backend_cuda_fill(bk, v, -1.0f, 1.0f, seed + (uint64_t)r);
+        bk->qat(bk, v, kind, block);
+    }
+    return s;
 }
 
 /* Selections of row i: min(512, visible) entries of the first visible = (i + 1) / ratio, -1 after. */
@@ -71,15 +89,15 @@ int main(int argc, char **argv) {
     }
     job_t j = {.bk = bk};
     j.out = bk->alloc(bk, BK_F32, n, 64 * 512), j.q = bk->alloc(bk, BK_F32, n, 64 * 512), j.sink = bk->alloc(bk, BK_F32, 1, 64);
-    j.ring = bk->alloc(bk, BK_F32, 128, 512), j.kv = bk->alloc(bk, BK_F32, n, 512), j.pool = bk->alloc(bk, BK_F32, n, 512);
-    j.iq = bk->alloc(bk, BK_F32, n, 32 * 128), j.iw = bk->alloc(bk, BK_F32, n, 32), j.keys = bk->alloc(bk, BK_F32, n, 128);
+    j.ring = bk->alloc(bk, BK_F32, 128, 512), j.kv = bk->alloc(bk, BK_F32, n, 512);
+    j.iq = bk->alloc(bk, BK_F32, n, 32 * 128), j.iw = bk->alloc(bk, BK_F32, n, 32);
     j.isel = bk->alloc(bk, BK_I32, n, 512);
-    bk_tensor_t all[] = {j.q, j.sink, j.ring, j.kv, j.pool, j.iq, j.iw, j.keys};
+    bk_tensor_t all[] = {j.q, j.sink, j.ring, j.kv, j.iq, j.iw};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) backend_cuda_fill(bk, all[i], -1.0f, 1.0f, 1000 + i);
     bk->qat(bk, j.kv, QAT_FP8_UE8M0, 32);
-    bk->qat(bk, j.pool, QAT_FP4_E4M3, 16);
     bk->qat(bk, j.iq, QAT_FP4_UE8M0, 32);
-    bk->qat(bk, j.keys, QAT_FP4_UE8M0, 32);
+    pagepool_t *pool_pages = pagepool_new(bk, 512), *key_pages = pagepool_new(bk, 128);
+    pagestore_t pool = random_store(bk, pool_pages, n, 2000, QAT_FP4_E4M3, 16), keys = random_store(bk, key_pages, n, 3000, QAT_FP4_UE8M0, 32);
     printf("prefill of %lld rows, V4.1-Flash shapes, ms per call:\n", (long long)n);
     printf("| op | ratio | bf16x3 | bf16x2 | bf16 | fp32 (CUDA cores) |\n|---|---|---|---|---|---|\n");
     static const cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16, CUDA_FP32};
@@ -87,7 +105,7 @@ int main(int argc, char **argv) {
         int32_t *s = selections(n, ratio);
         j.sel = bk->alloc(bk, BK_I32, n, 512);
         bk->upload(bk, j.sel, s);
-        j.pool.rows = n / ratio, j.keys.rows = n / ratio, j.ratio = ratio;
+        j.pool = pagestore_view(&pool, n / ratio), j.keys = pagestore_view(&keys, n / ratio), j.ratio = ratio;
         double t[2][4];
         for (int p = 0; p < 4; p++) {
             backend_cuda_precision(bk, precs[p]);
@@ -100,8 +118,10 @@ int main(int argc, char **argv) {
         bk->release(bk, &j.sel);
         free(s);
     }
-    bk_tensor_t *owned[] = {&j.out, &j.q, &j.sink, &j.ring, &j.kv, &j.pool, &j.iq, &j.iw, &j.keys, &j.isel};
+    bk_tensor_t *owned[] = {&j.out, &j.q, &j.sink, &j.ring, &j.kv, &j.iq, &j.iw, &j.isel};
     for (size_t i = 0; i < sizeof owned / sizeof *owned; i++) bk->release(bk, owned[i]);
+    pagestore_release(&pool), pagestore_release(&keys);
+    pagepool_free(pool_pages), pagepool_free(key_pages);
     bk->destroy(bk);
     return 0;
 }

@@ -87,6 +87,8 @@ static void random_model(backend_t *bk, int N, model_t *m) {
     flash_config(N, &m->cfg);
     const model_config_t *c = &m->cfg;
     m->bk = bk;
+    m->pool_pages = pagepool_new(bk, c->head_dim);
+    m->key_pages = c->index_head_dim > 0 ? pagepool_new(bk, c->index_head_dim) : NULL;
     snprintf(m->dir, sizeof m->dir, "(random weights)");
     int64_t D = c->hidden_size, hd = c->head_dim, H = c->n_heads, ql = c->q_lora_rank, G = c->o_groups, R = c->o_lora_rank;
     int64_t nm = (2 + c->hc_mult) * c->hc_mult, E = c->n_routed_experts, I = c->moe_inter;
@@ -142,6 +144,15 @@ static void random_model(backend_t *bk, int N, model_t *m) {
 }
 
 /* A sequence state at position ctx with random contents (windows, pools, keys, history). */
+/* Random rows in a paged store, page by page. */
+static void fill_paged(backend_t *bk, bk_paged_t p) {
+    bk_tensor_t v;
+    for (int64_t r = 0; r < p.rows; r += v.rows) {
+        bk_paged_run(p, r, p.rows - r, &v);
+        backend_cuda_fill(bk, v, -1, 1, seed_counter++);
+    }
+}
+
 static seqstate_t *synth_state(const model_t *m, int64_t ctx, int64_t room) {
     const model_config_t *c = &m->cfg;
     backend_t *bk = m->bk;
@@ -156,8 +167,9 @@ static seqstate_t *synth_state(const model_t *m, int64_t ctx, int64_t room) {
         if (!s->has_compressor) continue;
         int64_t n = ctx / s->ratio;
         seqstate_reserve(st, L, n + room);
-        backend_cuda_fill(bk, bk_rows(l->pool, 0, n), -1, 1, seed_counter++);
-        backend_cuda_fill(bk, bk_rows(l->keys, 0, n), -1, 1, seed_counter++);
+        seqstate_sync(st, L);
+        fill_paged(bk, seqstate_pool(st, L, n));
+        if (s->indexer_keys) fill_paged(bk, seqstate_keys(st, L, n));
         l->n_entries = n;
         l->n_pend = (int)(ctx % s->ratio);
         if (l->n_pend) {

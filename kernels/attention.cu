@@ -71,7 +71,7 @@ __device__ __forceinline__ const float *key_row(const attn_args_t &a, const attn
     }
     if (!a.sel) return NULL;
     int32_t j = a.sel[rd.row * a.ld_sel + (u - a.window)];
-    return j >= 0 && j < rd.pool_rows ? rd.pool + (int64_t)j * rd.ld_pool : NULL;
+    return j >= 0 && j < rd.pool_rows ? paged_row(rd.pool, rd.ld_pool, j) : NULL;
 }
 
 __global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t per_split, int vec) {
@@ -94,6 +94,10 @@ __global__ void __launch_bounds__(AT_THREADS) attn_kernel(attn_args_t a, int64_t
             if (u < u_end && u < a.window && u < nwin && i - u < rd.pos0)
                 asm volatile("prefetch.global.L2 [%0];\n" ::"l"(rd.ring + ((i - u) % rd.ring_rows) * rd.ld_ring + 32 * (x % lines)));
         }
+        if (a.sel && rd.pool) /* the pool's page table, its lines shared among the row's blocks: a step's
+                               * weights have pushed it out of L2, and each selected key waits on it */
+            prefetch_pages(rd.pool, 0, (rd.pool_rows + (1 << K_PAGE_SHIFT) - 1) >> K_PAGE_SHIFT,
+                           (blockIdx.y * gridDim.z + blockIdx.z) * AT_THREADS + tid, gridDim.y * gridDim.z * AT_THREADS);
     }
     pdl_begin();
 

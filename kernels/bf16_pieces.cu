@@ -11,7 +11,7 @@ __global__ void __launch_bounds__(128) bf16_pieces_kernel(pieces_args_t a) {
     int64_t j = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (j >= sg.rows) return;
     int lane = threadIdx.x & 31;
-    const float *src = sg.src + (sg.mod ? (sg.first + j) % sg.mod : j) * sg.ld;
+    const float *src = sg.pages ? paged_row(sg.pages, sg.ld, j) : sg.src + (sg.mod ? (sg.first + j) % sg.mod : j) * sg.ld;
     int64_t x = sg.dst0 + j;
     bool rest = false;
     for (int c = 4 * lane; c < a.cols; c += 128) {

@@ -320,6 +320,19 @@ __device__ __forceinline__ void load_rows(float *dst, int ldd, const float *cons
     }
 }
 
+// Row j of a paged store (kernels.h): its page's address from the table, then the row in the page.
+__device__ __forceinline__ const float *paged_row(const float *const *pages, int64_t ld, int64_t j) {
+    return pages[j >> K_PAGE_SHIFT] + (j & ((1 << K_PAGE_SHIFT) - 1)) * ld;
+}
+
+// Asks L2 for entries [k0, k1) of a page table, entry k0 + x by thread x of `threads` (a
+// prefetch hands nothing back: it may come before pdl_wait, nothing stale can be read).
+__device__ __forceinline__ void prefetch_pages(const float *const *pages, int64_t k0, int64_t k1, int x, int threads) {
+    const int per_line = 128 / sizeof(void *);
+    for (int64_t k = (k0 & ~(int64_t)(per_line - 1)) + (int64_t)x * per_line; k < k1; k += (int64_t)threads * per_line)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(pages + k));
+}
+
 // Indexer row b's sequence: from the table, or row b of the one sequence of the scalar fields.
 __device__ __forceinline__ ix_row_t ix_row(const ix_args_t &a, int64_t b) {
     if (a.rows) return a.rows[b];

@@ -19,6 +19,11 @@ static size_t ix_smem(int kt, int heads, int di, int vec) {
 }
 
 __global__ void __launch_bounds__(IX_THREADS) indexer_score_kernel(ix_args_t a, int kt) {
+    { /* the page-table entries of this block's keys, asked of L2 while the kernel before drains */
+        const ix_row_t rd = ix_row(a, blockIdx.y); /* the row table came by a copy, complete before this launch */
+        int64_t j0 = (int64_t)blockIdx.x * kt;
+        if (j0 < rd.nk) prefetch_pages(rd.keys, j0 >> K_PAGE_SHIFT, ((min(rd.nk, j0 + kt) - 1) >> K_PAGE_SHIFT) + 1, threadIdx.x, blockDim.x);
+    }
     pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const float **rows = (const float **)smem;
@@ -33,7 +38,7 @@ __global__ void __launch_bounds__(IX_THREADS) indexer_score_kernel(ix_args_t a, 
         for (int x = tid; x < kt && j0 + x < a.nk_max; x += blockDim.x) out[j0 + x] = -INFINITY;
         return;
     }
-    for (int x = tid; x < kt; x += blockDim.x) rows[x] = j0 + x < nvis ? rd.keys + (j0 + x) * rd.ldk : NULL;
+    for (int x = tid; x < kt; x += blockDim.x) rows[x] = j0 + x < nvis ? paged_row(rd.keys, rd.ldk, j0 + x) : NULL;
     if (tid == 0) rows[kt] = a.q + r * a.ldq;
     for (int x = tid; x < heads; x += blockDim.x) ws[x] = a.w[r * a.ldw + x] * a.w_scale;
     __syncthreads();

@@ -208,9 +208,13 @@ cudaError_t k_engram_gate(float *X, int64_t ldx, const float *kv, int64_t ldkv, 
 cudaError_t k_group_pool(float *out, int64_t ldo, const float *z, int64_t ldz, const float *sc, int64_t lds, int64_t groups,
                          int64_t d, int ratio, cudaStream_t s);
 
+/* Paged stores (lib/backend.h's bk_paged_t): a table of page addresses; row j is row
+ * j % (1 << K_PAGE_SHIFT) of page j >> K_PAGE_SHIFT (the row stride the store's ld). */
+#define K_PAGE_SHIFT 6
+
 /* ---- attention (attention.cu) --------------------------------------------------------------
  * Sparse attention with sink (backend.h). Virtual key u < window: the window row of position
- * i - u; u >= window: pool row sel[r][u - window]. splits > 1: partial results of key ranges
+ * i - u; u >= window: pool row sel[r][u - window] (the pool a paged store). splits > 1: partial results of key ranges
  * in part_o ([splits][m][heads*d]) and part_ml ([splits][m][heads][2]), merged by the same
  * launcher. rows (device, m entries) or NULL: each query row's sequence; NULL means row b is
  * row b of q/out/sel at position pos0 + b with the scalar fields' ring, kv_new and pool. vec:
@@ -220,7 +224,7 @@ typedef struct {
     int64_t ld_ring, ring_rows;
     const float *kv; /* the kv_new row of position pos0 (window positions >= pos0 come from there on) */
     int64_t pos0, win_lo;
-    const float *pool;
+    const float *const *pool; /* page table */
     int64_t ld_pool, pool_rows;
     int64_t row, pos; /* row of q, out and sel; its position */
 } attn_row_t;
@@ -237,7 +241,7 @@ typedef struct {
     int64_t ld_kv;
     int64_t pos0, win_lo;
     int window;
-    const float *pool;
+    const float *const *pool; /* page table */
     int64_t ld_pool, pool_rows;
     const int32_t *sel;
     int64_t ld_sel, n_sel;
@@ -257,17 +261,19 @@ size_t k_attention_smem(int d);
 
 /* ---- indexer (indexer_score.cu, topk.cu) ------------------------------------------------------
  * Query row b (b < m) of the launch scores the keys of its sequence: row rows[b] of the table,
- * or (rows NULL) row b of q/w/outputs at position pos0 + b against the scalar fields' keys.
+ * or (rows NULL) row b of q/w/outputs at position pos0 + b against the scalar fields' keys
+ * (a paged store).
  * Row b sees nvis(b) = min(nk, (pos + 1) / ratio) entries. scores: m x nk_max (ld nk_max). */
 typedef struct {
-    const float *keys;
+    const float *const *keys; /* page table */
     int64_t ldk, nk;
     int64_t row, pos; /* row of q, w and the selections; its position */
 } ix_row_t;
 typedef struct {
     float *scores;
     int64_t nk_max;
-    const float *q, *w, *keys;
+    const float *q, *w;
+    const float *const *keys; /* page table */
     int64_t ldq, ldw, ldk, nk, pos0, m;
     int heads, di, ratio, vec; /* vec: q and every key row allow 16-byte loads */
     float q_scale, w_scale;
@@ -289,11 +295,12 @@ cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64_t lds, con
  * A store of bf16 pieces: piece t of store row x at store + (t * store_rows + x) * cols holds
  * the bf16 of what pieces 0..t-1 left of an fp32 row; inexact[x] = some piece past the first is
  * non-zero (always 0 for one piece). Segment s: store rows dst0 + j <- src row j, or
- * (first + j) % mod when mod > 0 (a ring), for j < rows. most: the largest rows of a segment;
+ * (first + j) % mod when mod > 0 (a ring), or row j of a paged store, for j < rows. most: the largest rows of a segment;
  * vec: every source row allows 16-byte loads; cols a multiple of 4, pieces 1..3. */
 typedef struct {
     const float *src;
     int64_t ld, rows, mod, first, dst0;
+    const float *const *pages; /* or NULL: src row j is row j of this paged store (page table) */
 } piece_seg_t;
 typedef struct {
     uint16_t *store;

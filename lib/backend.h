@@ -62,13 +62,35 @@ static inline bk_tensor_t bk_cols(bk_tensor_t t, int64_t c0, int64_t n) {
     return t;
 }
 
+/* A paged row store (a sequence's pool entries or indexer keys, lib/pagestore.h): fp32 rows of
+ * `cols` in pages of BK_PAGE_ROWS rows (ld = cols) anywhere in backend memory, each page
+ * starting 16-byte aligned; row j is row
+ * j % BK_PAGE_ROWS of page j / BK_PAGE_ROWS. table (backend memory, what the ops read) and pages
+ * (its host copy) hold the pages' addresses, so a store grows a page at a time and never moves
+ * the rows it holds. Only the first `rows` rows are read. */
+#define BK_PAGE_SHIFT 6
+#define BK_PAGE_ROWS (1 << BK_PAGE_SHIFT)
+typedef struct {
+    const void *table;  /* the pages' addresses (one void * each), backend memory */
+    void *const *pages; /* the same addresses, host memory */
+    int64_t rows, cols;
+} bk_paged_t;
+
+/* The view of rows [j, j + len) of p, len = n cut at the end of j's page; returns len. */
+static inline int64_t bk_paged_run(bk_paged_t p, int64_t j, int64_t n, bk_tensor_t *view) {
+    int64_t in_page = j & (BK_PAGE_ROWS - 1), len = BK_PAGE_ROWS - in_page < n ? BK_PAGE_ROWS - in_page : n;
+    *view = (bk_tensor_t){(char *)p.pages[j >> BK_PAGE_SHIFT] + (size_t)(in_page * p.cols) * 4, BK_F32, len, p.cols, p.cols};
+    return len;
+}
+
 /* A run of rows of one sequence for the ops that serve a whole batch in one call (the CUDA
  * backend's one launch instead of one per sequence): rows [r0, r0 + n) of the op's row
  * tensors, row r0 at position pos0. An op reads the fields its single-sequence form takes
  * (attention: ring, win_lo, pool; indexer: keys) and leaves rows outside every span alone. */
 typedef struct {
     int64_t r0, n, pos0;
-    bk_tensor_t ring, pool, keys;
+    bk_tensor_t ring;
+    bk_paged_t pool, keys;
     int64_t win_lo;
 } bk_span_t;
 
@@ -172,7 +194,7 @@ struct backend {
      * of positions < pos0 come from ring (slot pos % ring->rows), the others from kv_new
      * (row pos - pos0). q and out: m x heads*d; sink: 1 x heads. pool and sel may be NULL. */
     void (*attention)(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
-                      bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                      bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_paged_t *pool,
                       const bk_tensor_t *sel);
     /* attention over each span's rows of out, q, kv_new (and sel): its ring, win_lo, pos0, and
      * its pool when sel is given. With unrope (RoPE frequencies, or NULL), then out's heads
@@ -187,7 +209,7 @@ struct backend {
      * newest visible block pinned, the top KB blocks with a finite score. sel (m x K) gets the
      * top min(K, finite) entries. Ties go to the lower index; outputs ascending, -1 padded. */
     void (*indexer_topk)(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
-                         bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                         bk_paged_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
                          float q_scale, float w_scale);
 
     /* indexer_topk over each span's rows of sel, q, w (and blocks_out, blocks_in) against its keys at pos0. */

@@ -9,7 +9,8 @@
 typedef struct {
     cpu_t *c;
     bk_tensor_t out, q, sink, ring, kv_new;
-    const bk_tensor_t *pool, *sel;
+    const bk_paged_t *pool;
+    const bk_tensor_t *sel;
     float scale;
     int64_t pos0, win_lo;
     int window, heads;
@@ -33,7 +34,7 @@ static void attn_tasks(void *p, int64_t t0, int64_t t1, int worker) {
         for (int64_t pos = lo; pos <= i; pos++, n++) mx = fmaxf(mx, logit[n] = cpu_dot(q, window_row(j, pos), d) * j->scale);
         for (int64_t k = 0; k < nsel; k++)
             if (sel[k] >= 0) {
-                mx = fmaxf(mx, logit[n] = cpu_dot(q, f32_at(*j->pool, sel[k]), d) * j->scale);
+                mx = fmaxf(mx, logit[n] = cpu_dot(q, paged_row(*j->pool, sel[k]), d) * j->scale);
                 n++;
             }
         float z = expf(sink[h] - mx);
@@ -48,7 +49,7 @@ static void attn_tasks(void *p, int64_t t0, int64_t t1, int worker) {
         }
         for (int64_t k = 0; k < nsel; k++)
             if (sel[k] >= 0) {
-                const float *v = f32_at(*j->pool, sel[k]);
+                const float *v = paged_row(*j->pool, sel[k]);
                 float pu = logit[n++] / z;
                 for (int64_t c = 0; c < d; c++) o[c] += pu * v[c];
             }
@@ -56,7 +57,7 @@ static void attn_tasks(void *p, int64_t t0, int64_t t1, int worker) {
 }
 
 void cpu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
-                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_paged_t *pool,
                    const bk_tensor_t *sel) {
     attn_job_t j = {cpu_of(bk), out, q, sink, ring, kv_new, pool, sel, scale, pos0, win_lo, window,
                     (int)(q.cols / kv_new.cols)};
@@ -128,7 +129,8 @@ static void heap_emit(scored_t *h, int n, int32_t *out, int64_t cap) {
 /* ---- indexer ---------------------------------------------------------------------------- */
 typedef struct {
     cpu_t *c;
-    bk_tensor_t sel, q, w, keys;
+    bk_tensor_t sel, q, w;
+    bk_paged_t keys;
     const bk_tensor_t *blocks_out, *blocks_in;
     int64_t pos0;
     int ratio, block_size;
@@ -148,7 +150,7 @@ static void idx_rows(void *p, int64_t r0, int64_t r1, int worker) {
         if (nvis > j->keys.rows) nvis = j->keys.rows;
         const float *q = f32_at(j->q, r), *w = f32_at(j->w, r);
         for (int64_t e = 0; e < nvis; e++) {
-            const float *k = f32_at(j->keys, e);
+            const float *k = paged_row(j->keys, e);
             int64_t h = 0;
             for (; h + 4 <= heads; h += 4) cpu_dot4(q + h * di, q + (h + 1) * di, q + (h + 2) * di, q + (h + 3) * di, k, di, dots + h, 1);
             for (; h < heads; h++) dots[h] = cpu_dot(q + h * di, k, di);
@@ -184,7 +186,7 @@ static void idx_rows(void *p, int64_t r0, int64_t r1, int worker) {
 }
 
 void cpu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
-                      bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                      bk_paged_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
                       float q_scale, float w_scale) {
     idx_job_t j = {cpu_of(bk), sel, q, w, keys, blocks_out, blocks_in, pos0, ratio, block_size, q_scale, w_scale};
     int64_t visible = keys.rows < (pos0 + sel.rows) / ratio ? keys.rows : (pos0 + sel.rows) / ratio;

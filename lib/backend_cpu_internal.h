@@ -52,9 +52,13 @@ void cpu_matmul(cpu_t *c, float *out, int64_t ldo, const float *x, int64_t ldx, 
 
 static inline float *f32_at(bk_tensor_t t, int64_t r) { return (float *)t.ptr + r * t.ld; }
 static inline int32_t *i32_at(bk_tensor_t t, int64_t r) { return (int32_t *)t.ptr + r * t.ld; }
+/* Row j of a paged store, through its table (the CPU backend's memory is the host's). */
+static inline const float *paged_row(bk_paged_t p, int64_t j) {
+    return ((float *const *)p.table)[j >> BK_PAGE_SHIFT] + (j & (BK_PAGE_ROWS - 1)) * p.cols;
+}
 
 void cpu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
-                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                   bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_paged_t *pool,
                    const bk_tensor_t *sel);
 void cpu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
                          int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel,
@@ -63,7 +67,7 @@ void cpu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks
                        const bk_span_t *spans, int n_spans, int ratio, const bk_tensor_t *blocks_in, int block_size,
                        float q_scale, float w_scale);
 void cpu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
-                      bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                      bk_paged_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
                       float q_scale, float w_scale);
 void cpu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                 bool normalize, float scale);

@@ -13,6 +13,8 @@
     } while (0)
 
 static float *F(bk_tensor_t t) { return t.ptr; }
+static const float *const *PAGES(bk_paged_t p) { return p.table; }
+_Static_assert(K_PAGE_SHIFT == BK_PAGE_SHIFT, "kernels.h and backend.h page the same way");
 static int32_t *I(bk_tensor_t t) { return t.ptr; }
 
 void cu_rmsnorm(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_tensor_t *w, float eps) {
@@ -162,6 +164,7 @@ void cu_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tensor_t s,
 }
 
 static bool vec_ok(const void *p, int64_t ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
+static bool paged_vec_ok(bk_paged_t p) { return p.cols % 4 == 0; } /* pages start 16-byte aligned (backend.h) */
 
 /* One launch for every span: the one span's rows through the scalar fields, several through a
  * device table of rows. */
@@ -185,17 +188,17 @@ static void attention_simt(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_ten
         a.out += s->r0 * out.ld, a.q += s->r0 * q.ld, a.kv_new = F(kv_new) + s->r0 * kv_new.ld;
         if (a.sel) a.sel += s->r0 * sel->ld;
         a.ring = F(s->ring), a.ld_ring = s->ring.ld, a.ring_rows = s->ring.rows, a.pos0 = s->pos0, a.win_lo = s->win_lo;
-        if (sel) a.pool = F(s->pool), a.ld_pool = s->pool.ld, a.pool_rows = s->pool.rows;
-        a.vec = a.vec && vec_ok(s->ring.ptr, s->ring.ld) && (!sel || vec_ok(s->pool.ptr, s->pool.ld));
+        if (sel) a.pool = PAGES(s->pool), a.ld_pool = s->pool.cols, a.pool_rows = s->pool.rows;
+        a.vec = a.vec && vec_ok(s->ring.ptr, s->ring.ld) && (!sel || paged_vec_ok(s->pool));
     } else {
         rows = xmalloc((size_t)m * sizeof *rows);
         int64_t k = 0;
         for (int i = 0; i < n_spans; i++) {
             const bk_span_t *s = &spans[i];
-            a.vec = a.vec && vec_ok(s->ring.ptr, s->ring.ld) && (!sel || vec_ok(s->pool.ptr, s->pool.ld));
+            a.vec = a.vec && vec_ok(s->ring.ptr, s->ring.ld) && (!sel || paged_vec_ok(s->pool));
             for (int64_t r = 0; r < s->n; r++)
                 rows[k++] = (attn_row_t){F(s->ring), s->ring.ld, s->ring.rows, F(kv_new) + s->r0 * kv_new.ld, s->pos0, s->win_lo,
-                                         sel ? F(s->pool) : NULL, sel ? s->pool.ld : 0, sel ? s->pool.rows : 0, s->r0 + r,
+                                         sel ? PAGES(s->pool) : NULL, sel ? s->pool.cols : 0, sel ? s->pool.rows : 0, s->r0 + r,
                                          s->pos0 + r};
         }
         a.rows = cu_upload_table(c, rows, (size_t)m * sizeof *rows);
@@ -235,9 +238,9 @@ void cu_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor
 }
 
 void cu_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
-                  bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                  bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_paged_t *pool,
                   const bk_tensor_t *sel) {
-    bk_span_t s = {.r0 = 0, .n = q.rows, .pos0 = pos0, .ring = ring, .pool = pool ? *pool : (bk_tensor_t){0}, .win_lo = win_lo};
+    bk_span_t s = {.r0 = 0, .n = q.rows, .pos0 = pos0, .ring = ring, .pool = pool ? *pool : (bk_paged_t){0}, .win_lo = win_lo};
     cu_attention_spans(bk, out, q, sink, scale, kv_new, window, &s, 1, pool ? sel : NULL, NULL);
 }
 
@@ -257,20 +260,20 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
         if (spans[i].keys.cols != di || di * heads != q.cols) die("CUDA backend: indexer keys of %lld columns for queries of %lld",
                                                                   (long long)spans[i].keys.cols, (long long)q.cols);
         if (spans[i].n && spans[i].keys.rows > nk_max) nk_max = spans[i].keys.rows;
-        a.vec = a.vec && vec_ok(spans[i].keys.ptr, spans[i].keys.ld);
+        a.vec = a.vec && paged_vec_ok(spans[i].keys);
     }
     int64_t r0 = 0; /* one span: rows r0.. of the row tensors through the scalar fields */
     ix_row_t *rows = NULL;
     if (n_spans == 1) {
         r0 = spans[0].r0;
         a.q += r0 * q.ld, a.w += r0 * w.ld;
-        a.keys = F(spans[0].keys), a.ldk = spans[0].keys.ld, a.nk = spans[0].keys.rows, a.pos0 = spans[0].pos0;
+        a.keys = PAGES(spans[0].keys), a.ldk = spans[0].keys.cols, a.nk = spans[0].keys.rows, a.pos0 = spans[0].pos0;
     } else {
         rows = xmalloc((size_t)m * sizeof *rows);
         int64_t k = 0;
         for (int i = 0; i < n_spans; i++)
             for (int64_t r = 0; r < spans[i].n; r++)
-                rows[k++] = (ix_row_t){F(spans[i].keys), spans[i].keys.ld, spans[i].keys.rows, spans[i].r0 + r, spans[i].pos0 + r};
+                rows[k++] = (ix_row_t){PAGES(spans[i].keys), spans[i].keys.cols, spans[i].keys.rows, spans[i].r0 + r, spans[i].pos0 + r};
         a.rows = cu_upload_table(c, rows, (size_t)m * sizeof *rows);
     }
     a.nk_max = nk_max;
@@ -295,7 +298,7 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
 }
 
 void cu_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
-                     bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size, float q_scale,
+                     bk_paged_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size, float q_scale,
                      float w_scale) {
     bk_span_t s = {.r0 = 0, .n = sel.rows, .pos0 = pos0, .keys = keys};
     cu_indexer_spans(bk, sel, blocks_out, q, w, &s, 1, ratio, blocks_in, block_size, q_scale, w_scale);

@@ -31,6 +31,9 @@ static int attn_pieces(const cuda_t *c) { return c->precision == CUDA_BF16X3 ? 0
 
 static bool aligned16(const void *p, int64_t ld) { return (uintptr_t)p % 16 == 0 && ld % 4 == 0; }
 
+/* The segment of rows [0, p.rows) of a paged store, to store rows dst0.. (read through its table). */
+static piece_seg_t paged_seg(bk_paged_t p, int64_t dst0) { return (piece_seg_t){NULL, p.cols, p.rows, 0, 0, dst0, p.table}; }
+
 /* The segments' rows as bf16 pieces in a new store (scratch, released by the caller). */
 static void make_store(cuda_t *c, const piece_seg_t *segs, int n, int64_t rows, int cols, int pieces, uint16_t **store,
                        uint8_t **inexact) {
@@ -75,12 +78,12 @@ int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t s
         ts[nt++] = (attn_tc_span_t){m, s->r0, s->n, s->pos0, s->win_lo, wstart, rows, rows + wrows, prows};
         if (prev) {
             if (s->ring.rows <= 0 || s->ring.cols != d) die("CUDA backend: attention needs %lld ring rows of %d", (long long)prev, d);
-            segs[ns++] = (piece_seg_t){s->ring.ptr, s->ring.ld, prev, s->ring.rows, wstart, rows};
+            segs[ns++] = (piece_seg_t){s->ring.ptr, s->ring.ld, prev, s->ring.rows, wstart, rows, NULL};
         }
-        segs[ns++] = (piece_seg_t){(const float *)kv_new.ptr + s->r0 * kv_new.ld, kv_new.ld, s->n, 0, 0, rows + prev};
+        segs[ns++] = (piece_seg_t){(const float *)kv_new.ptr + s->r0 * kv_new.ld, kv_new.ld, s->n, 0, 0, rows + prev, NULL};
         if (prows) {
             if (s->pool.cols != d) die("CUDA backend: attention pool of %lld columns for head_dim %d", (long long)s->pool.cols, d);
-            segs[ns++] = (piece_seg_t){s->pool.ptr, s->pool.ld, prows, 0, 0, rows + wrows};
+            segs[ns++] = paged_seg(s->pool, rows + wrows);
         }
         rows += wrows + prows, m += s->n;
     }
@@ -122,12 +125,12 @@ bool cu_indexer_tc(cuda_t *c, const ix_args_t *a, bk_tensor_t q, bk_tensor_t w, 
         const bk_span_t *s = &spans[i];
         if (s->n >= TC_MIN_ROWS) {
             ts[nt++] = (ix_tc_span_t){b, s->r0, s->n, s->pos0, s->keys.rows, rows, blocks};
-            if (s->keys.rows) segs[ns++] = (piece_seg_t){s->keys.ptr, s->keys.ld, s->keys.rows, 0, 0, rows};
+            if (s->keys.rows) segs[ns++] = paged_seg(s->keys, rows);
             rows += s->keys.rows, blocks += (s->n + rb - 1) / rb;
         } else if (s->n) { /* scored on the CUDA cores into rows m_short.. of a side buffer, then copied */
             short_rows = xrealloc(short_rows, (size_t)(m_short + s->n) * sizeof *short_rows);
             for (int64_t r = 0; r < s->n; r++)
-                short_rows[m_short + r] = (ix_row_t){s->keys.ptr, s->keys.ld, s->keys.rows, s->r0 + r, s->pos0 + r};
+                short_rows[m_short + r] = (ix_row_t){s->keys.table, s->keys.cols, s->keys.rows, s->r0 + r, s->pos0 + r};
             cp_from[nc] = m_short;
             cps[nc++] = (copy_desc_t){a->scores + b * a->nk_max, NULL, a->nk_max, a->nk_max, s->n, a->nk_max};
             m_short += s->n;

@@ -105,6 +105,15 @@ static void group_wave(fwd_t *f, int L, int64_t k0, int a, int b, int64_t *lb, c
     copies_run(bk, cp);
 }
 
+/* Copies of src's rows into rows j0.. of a paged store, cut at its page ends. */
+static void copies_to_pages(copies_t *cp, const pagestore_t *dst, int64_t j0, bk_tensor_t src) {
+    bk_tensor_t v;
+    for (int64_t k = 0; k < src.rows; k += v.rows) {
+        pagestore_run(dst, j0 + k, src.rows - k, &v);
+        copies_add(cp, v, bk_rows(src, k, v.rows));
+    }
+}
+
 /* Compressor of KV-source layer L: new pool entries and indexer keys for the groups each
  * piece completes; an incomplete group's tokens wait in the sequence's pending buffer. The
  * projections, the latents' norm, keys, RoPE and QAT run over every row at once; the grouping
@@ -161,8 +170,8 @@ static void compress(fwd_t *f, int L, int64_t k0) {
         fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0) || !p->g) continue;
         seq_layer_t *sl = &p->st->layers[L];
-        if (s->indexer_keys) copies_add(&cp, bk_rows(sl->keys, p->j0, p->g), bk_rows(f->key, p->lat0, p->g));
-        copies_add(&cp, bk_rows(sl->pool, p->j0, p->g), bk_rows(f->ent, p->lat0, p->g));
+        if (s->indexer_keys) copies_to_pages(&cp, &sl->keys, p->j0, bk_rows(f->key, p->lat0, p->g));
+        copies_to_pages(&cp, &sl->pool, p->j0, bk_rows(f->ent, p->lat0, p->g));
     }
     copies_run(bk, &cp);
     copies_free(&cp);
@@ -188,8 +197,7 @@ static void indexer(fwd_t *f, int L, int64_t k0) {
     for (int i = 0, k = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0)) continue;
-        const seq_layer_t *src = &p->st->layers[s->kv_source];
-        spans[k++].keys = bk_rows(src->keys, 0, src->n_entries);
+        spans[k++].keys = seqstate_keys(p->st, s->kv_source, p->st->layers[s->kv_source].n_entries);
     }
     bk->indexer_spans(bk, f->sel[L], s->candidate_source ? &f->cand : NULL, f->iq, f->iw, spans, ns, s->ratio,
                       s->uses_candidates ? &f->cand : NULL, c->candidate_block_size, (float)pow(c->index_head_dim, -0.5),
@@ -229,10 +237,7 @@ static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *sp
         seq_layer_t *sl = &p->st->layers[L];
         if (sl->win_end < p->p0) sl->win_lo = p->p0; /* a gap (bounded replay): earlier rows were never computed */
         bk_span_t sp = {.r0 = p->r0, .n = p->n, .pos0 = p->p0, .ring = sl->ring, .win_lo = sl->win_lo};
-        if (s->ratio) {
-            const seq_layer_t *src = &p->st->layers[s->kv_source];
-            sp.pool = bk_rows(src->pool, 0, src->n_entries);
-        }
+        if (s->ratio) sp.pool = seqstate_pool(p->st, s->kv_source, p->st->layers[s->kv_source].n_entries);
         spans[ns++] = sp;
     }
     if (!ns) return;
@@ -266,6 +271,8 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
     if (s->ratio && s->has_compressor) compress(f, L, k0);
     bk->branch_end(bk);
+    for (int i = 0; s->ratio && s->has_compressor && i < f->n_pieces; i++) /* the new pages' addresses, for the ops */
+        if (fwd_piece_active(&f->pieces[i], k0)) seqstate_sync(f->pieces[i].st, L);
     bk->matmul(bk, cq, xin, w->attn.wq_a, 0);
     bk->rmsnorm(bk, cq, cq, &w->attn.q_norm, eps); /* kept: the indexer query reads it */
     bk->matmul(bk, q, cq, w->attn.wq_b, 0);

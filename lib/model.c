@@ -174,6 +174,8 @@ int model_open(model_t *m, const char *dir, backend_t *bk, const char *token_map
     }
     m->layers = xcalloc((size_t)c->n_layers, sizeof *m->layers);
     for (int L = 0; L < c->n_layers; L++) bind_layer(m, L);
+    m->pool_pages = pagepool_new(bk, c->head_dim);
+    m->key_pages = c->index_head_dim > 0 ? pagepool_new(bk, c->index_head_dim) : NULL;
     m->fingerprint = fingerprint(m);
     return 0;
 }
@@ -213,6 +215,8 @@ void model_close(model_t *m) {
     release(bk, &m->norm);
     release(bk, &m->inv_freq[0]);
     release(bk, &m->inv_freq[1]);
+    pagepool_free(m->pool_pages);
+    pagepool_free(m->key_pages);
     model_weights_free(&m->w);
     engram_hash_free(&m->engram);
     m->bk = NULL;

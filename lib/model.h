@@ -13,6 +13,7 @@
 #include "engram_hash.h"
 #include "model_config.h"
 #include "model_weights.h"
+#include "pagestore.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -51,6 +52,7 @@ typedef struct {
     bk_tensor_t norm;
     bk_tensor_t inv_freq[2];                    /* by rope_table_t */
     engram_hash_t engram;                       /* n_layers 0 when the model has none */
+    pagepool_t *pool_pages, *key_pages;         /* the sequences' pool entries and indexer keys (seqstate.h) */
     uint64_t fingerprint;                       /* config, tensor layout and samples, token map */
     char dir[1024];
 } model_t;

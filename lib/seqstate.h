@@ -8,7 +8,8 @@
  *              window KV of positions [max(win_lo, win_end - window), win_end); win_lo > 0 only
  *              after bounded replay (rows below it were never computed).
  *   pool/keys  KV sources only: the compressed main-KV entries and indexer keys, n_entries rows
- *              (floor(T / ratio)), grown geometrically.
+ *              (floor(T / ratio)) in paged stores (pagestore.h): they grow a page at a time
+ *              from the model's page pools and give their pages back when the sequence ends.
  *   pending    ratio > 1 sources: the n_pend (= T mod ratio) tokens of the open group, their
  *              compressor projections z and gate logits s.
  * Serialization: seqstate_io.h and docs/STATE.md. */
@@ -23,8 +24,8 @@
 typedef struct {
     bk_tensor_t ring;                 /* window x head_dim */
     int64_t win_lo, win_end;
-    bk_tensor_t pool, keys;           /* cap x head_dim, cap x index_head_dim */
-    int64_t n_entries, cap;
+    pagestore_t pool, keys;           /* rows of head_dim, of index_head_dim (indexer-key layers) */
+    int64_t n_entries;
     bk_tensor_t pend_z, pend_s;       /* (ratio - 1) x head_dim */
     int n_pend;
 } seq_layer_t;
@@ -42,7 +43,14 @@ typedef struct {
 seqstate_t *seqstate_new(const model_t *m, bool qat);
 void seqstate_free(seqstate_t *st);
 
-/* Room for n pool entries in KV-source layer L. */
+/* Room for n pool entries (and indexer keys) in KV-source layer L: host work (a branch may do
+ * it), the rows writable at once through the stores (pagestore_run), read by the ops after
+ * seqstate_sync. */
 void seqstate_reserve(seqstate_t *st, int L, int64_t n);
+/* Layer L's page tables brought up to date in backend memory (not inside a branch). */
+void seqstate_sync(seqstate_t *st, int L);
+/* The ops' views of layer L's first n pool entries and indexer keys (synced). */
+bk_paged_t seqstate_pool(const seqstate_t *st, int L, int64_t n);
+bk_paged_t seqstate_keys(const seqstate_t *st, int L, int64_t n);
 
 #endif

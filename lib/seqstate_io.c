@@ -96,6 +96,12 @@ static float *download_rows(backend_t *bk, bk_tensor_t t, int64_t r0, int64_t n)
     return h;
 }
 
+static float *download_paged(const pagestore_t *s, int64_t n, int64_t cols) {
+    float *h = xmalloc((size_t)(n * cols + 1) * 4);
+    pagestore_download(s, 0, n, h);
+    return h;
+}
+
 void seqstate_serialize(const seqstate_t *st, buf_t *out) {
     const model_config_t *c = &st->m->cfg;
     backend_t *bk = st->m->bk;
@@ -124,11 +130,11 @@ void seqstate_serialize(const seqstate_t *st, buf_t *out) {
         free(win);
         if (!s->has_compressor) continue;
         put_u64(out, (uint64_t)l->n_entries);
-        float *pool = download_rows(bk, l->pool, 0, l->n_entries);
+        float *pool = download_paged(&l->pool, l->n_entries, c->head_dim);
         put_section(out, SEC_POOL, st->qat, pool, l->n_entries, c->head_dim);
         free(pool);
         if (s->indexer_keys) {
-            float *keys = download_rows(bk, l->keys, 0, l->n_entries);
+            float *keys = download_paged(&l->keys, l->n_entries, c->index_head_dim);
             put_section(out, SEC_KEYS, st->qat, keys, l->n_entries, c->index_head_dim);
             free(keys);
         }
@@ -277,16 +283,17 @@ static bool read_layer(reader_t *r, seqstate_t *st, int L) {
     float *pool = get_section(r, SEC_POOL, st->qat, n, c->head_dim, what);
     if (!pool) return false;
     seqstate_reserve(st, L, n);
-    upload_rows(bk, l->pool, 0, n, pool);
+    pagestore_upload(&l->pool, 0, n, pool);
     free(pool);
     l->n_entries = n;
     if (s->indexer_keys) {
         snprintf(what, sizeof what, "layer %d indexer keys", L);
         float *keys = get_section(r, SEC_KEYS, st->qat, n, c->index_head_dim, what);
         if (!keys) return false;
-        upload_rows(bk, l->keys, 0, n, keys);
+        pagestore_upload(&l->keys, 0, n, keys);
         free(keys);
     }
+    seqstate_sync(st, L);
     if (s->ratio > 1) {
         snprintf(what, sizeof what, "layer %d pending group", L);
         int64_t np = get_u32(r, what);

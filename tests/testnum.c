@@ -63,6 +63,36 @@ float *t_download(backend_t *b, bk_tensor_t t) {
     return v;
 }
 
+t_paged_t t_paged(backend_t *b, const float *host, int64_t rows, int64_t cols) {
+    t_paged_t p = {.pp = pagepool_new(b, cols)};
+    int64_t pages = (rows + BK_PAGE_ROWS - 1) / BK_PAGE_ROWS, spare = pages + 3;
+    pagestore_t *tmp = xcalloc((size_t)spare, sizeof *tmp);
+    for (int64_t k = 0; k < spare; k++) tmp[k] = pagestore_new(p.pp), pagestore_reserve(&tmp[k], 1);
+    for (int64_t k = 0; k < spare; k++) { /* back in a random order: the store below takes them so */
+        int64_t i = k + (int64_t)(t_rnd() % (uint64_t)(spare - k));
+        pagestore_t t = tmp[i];
+        tmp[i] = tmp[k], tmp[k] = t;
+        pagestore_release(&tmp[k]);
+    }
+    free(tmp);
+    p.s = pagestore_new(p.pp);
+    pagestore_reserve(&p.s, rows);
+    pagestore_sync(&p.s);
+    float *nan_rows = xmalloc((size_t)(pages * BK_PAGE_ROWS * cols + 1) * 4);
+    for (int64_t i = 0; i < pages * BK_PAGE_ROWS * cols; i++) nan_rows[i] = NAN;
+    pagestore_upload(&p.s, 0, pages * BK_PAGE_ROWS, nan_rows);
+    pagestore_upload(&p.s, 0, rows, host);
+    free(nan_rows);
+    p.v = pagestore_view(&p.s, rows);
+    return p;
+}
+
+void t_paged_free(t_paged_t *p) {
+    pagestore_release(&p->s);
+    pagepool_free(p->pp);
+    *p = (t_paged_t){0};
+}
+
 double t_max_err(const float *a, const float *b, size_t n) {
     double d = 0, s = 1e-30;
     for (size_t i = 0; i < n; i++) {

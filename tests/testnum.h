@@ -4,6 +4,7 @@
 #define DI_TESTNUM_H
 
 #include "backend.h"
+#include "pagestore.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +29,17 @@ void t_weight_free(t_weight_t *w);
 
 /* A tensor's values, downloaded into a new array. */
 float *t_download(backend_t *b, bk_tensor_t t);
+
+/* A paged store (pagestore.h) holding host's rows x cols, its pages out of order (the pool's
+ * free pages shuffled before it takes them) and every row past `rows` NaN, so that an op that
+ * reads it as contiguous memory or past its rows goes wrong. */
+typedef struct {
+    pagepool_t *pp;
+    pagestore_t s;
+    bk_paged_t v; /* the view of all its rows */
+} t_paged_t;
+t_paged_t t_paged(backend_t *b, const float *host, int64_t rows, int64_t cols);
+void t_paged_free(t_paged_t *p);
 
 /* max |a - b| / max |b|; a NaN where the other has none counts as infinitely wrong. */
 double t_max_err(const float *a, const float *b, size_t n);

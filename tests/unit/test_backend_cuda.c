@@ -70,6 +70,20 @@ static void free2(pair_t *p) {
     cpu->release(cpu, &p->c);
 }
 
+/* The same rows in a paged store on each backend (testnum.h: pages out of order, NaN past the rows). */
+typedef struct {
+    t_paged_t g, c;
+} paged_pair_t;
+static paged_pair_t put_paged(const float *v, int64_t rows, int64_t cols) {
+    return (paged_pair_t){t_paged(gpu, v, rows, cols), t_paged(cpu, v, rows, cols)};
+}
+static void free_paged(paged_pair_t *p) { t_paged_free(&p->g), t_paged_free(&p->c); }
+/* A view of a store's first rows. */
+static bk_paged_t first_rows(t_paged_t p, int64_t rows) {
+    p.v.rows = rows;
+    return p.v;
+}
+
 /* Both backends' values of a pair, compared: max error <= tol. */
 static double compare(pair_t p, double tol, const char *what) {
     float *g = t_download(gpu, p.g), *c = t_download(cpu, p.c);
@@ -642,14 +656,15 @@ static void attention_case_at(int H, int d, int W, int m, int npool, int K, int6
     float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *ring = rand_keys((size_t)(W * d), exact), *kv = rand_keys((size_t)(m * d), exact);
     float *pool = rand_keys((size_t)(npool * d), exact), *sink = t_rand_vec((size_t)H, 2.0f);
     int32_t *sel = rand_sel(m, K, npool);
-    pair_t tq = putf(q, m, H * d), tr = putf(ring, W, d), tk = putf(kv, m, d), tp = putf(pool, npool, d), ts = putf(sink, 1, H);
+    pair_t tq = putf(q, m, H * d), tr = putf(ring, W, d), tk = putf(kv, m, d), ts = putf(sink, 1, H);
     pair_t tsel = puti(sel, m, K), o = out2(BK_F32, m, H * d);
+    paged_pair_t tp = put_paged(pool, npool, d);
     float scale = 1.0f / sqrtf((float)d);
-    cpu->attention(cpu, o.c, tq.c, ts.c, scale, tr.c, tk.c, pos0, W, win_lo, with_pool ? &tp.c : NULL, with_pool ? &tsel.c : NULL);
+    cpu->attention(cpu, o.c, tq.c, ts.c, scale, tr.c, tk.c, pos0, W, win_lo, with_pool ? &tp.c.v : NULL, with_pool ? &tsel.c : NULL);
     for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
         backend_cuda_precision(gpu, precs[pr].p);
         poison(o.g);
-        gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g : NULL, with_pool ? &tsel.g : NULL);
+        gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g.v : NULL, with_pool ? &tsel.g : NULL);
         char what[128];
         snprintf(what, sizeof what, "attention H %d d %d W %d m %d pool %d exact %d %s", H, d, W, m, with_pool, exact, precs[pr].name);
         double e = compare(o, precs[pr].attn_tol, what);
@@ -657,7 +672,7 @@ static void attention_case_at(int H, int d, int W, int m, int npool, int K, int6
             float *u = t_download(gpu, o.g);
             backend_cuda_hopper_forms(gpu, 0);
             poison(o.g);
-            gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g : NULL, with_pool ? &tsel.g : NULL);
+            gpu->attention(gpu, o.g, tq.g, ts.g, scale, tr.g, tk.g, pos0, W, win_lo, with_pool ? &tp.g.v : NULL, with_pool ? &tsel.g : NULL);
             backend_cuda_hopper_forms(gpu, 1);
             float *v = t_download(gpu, o.g);
             double f = t_max_err(u, v, (size_t)(m * H * d));
@@ -668,8 +683,9 @@ static void attention_case_at(int H, int d, int W, int m, int npool, int K, int6
         }
     }
     backend_cuda_precision(gpu, CUDA_BF16X3);
-    pair_t *all[] = {&tq, &tr, &tk, &tp, &ts, &tsel, &o};
+    pair_t *all[] = {&tq, &tr, &tk, &ts, &tsel, &o};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    free_paged(&tp);
     free(q), free(ring), free(kv), free(pool), free(sink), free(sel);
 }
 
@@ -779,15 +795,16 @@ static void indexer_case_at(int Hi, int di, int nk, int K, int KB, int bs, int m
     float *q = rand_keys((size_t)(m * Hi * di), exact), *w = t_rand_vec((size_t)(m * Hi), 1.0f), *keys = rand_keys((size_t)(nk * di), exact);
     for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* identical keys: an exact tie */
     float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
-    pair_t tq = putf(q, m, Hi * di), tw = putf(w, m, Hi), tk = putf(keys, nk, di);
+    pair_t tq = putf(q, m, Hi * di), tw = putf(w, m, Hi);
+    paged_pair_t tk = put_paged(keys, nk, di);
     pair_t sel = out2(BK_I32, m, K), blocks = out2(BK_I32, m, KB), sel2 = out2(BK_I32, m, K);
-    cpu->indexer_topk(cpu, sel.c, &blocks.c, tq.c, tw.c, tk.c, pos0, ratio, NULL, bs, qs, ws);
+    cpu->indexer_topk(cpu, sel.c, &blocks.c, tq.c, tw.c, tk.c.v, pos0, ratio, NULL, bs, qs, ws);
     int32_t *g = xmalloc((size_t)(m * K) * 4), *c = xmalloc((size_t)(m * K) * 4), *gb = xmalloc((size_t)(m * KB) * 4);
     int32_t *cb = xmalloc((size_t)(m * KB) * 4), *g2 = xmalloc((size_t)(m * K) * 4), *c2 = xmalloc((size_t)(m * K) * 4);
     cpu->download(cpu, c, sel.c), cpu->download(cpu, cb, blocks.c);
     /* the restricted user, both backends given the CPU's candidate blocks */
     pair_t cand = puti(cb, m, KB);
-    cpu->indexer_topk(cpu, sel2.c, NULL, tq.c, tw.c, tk.c, pos0, ratio, &cand.c, bs, qs, ws);
+    cpu->indexer_topk(cpu, sel2.c, NULL, tq.c, tw.c, tk.c.v, pos0, ratio, &cand.c, bs, qs, ws);
     cpu->download(cpu, c2, sel2.c);
     double *sc = xmalloc((size_t)nk * 8 + 8);
     for (size_t pr = 0; pr < DI_ARRAY_LEN(precs); pr++) {
@@ -795,8 +812,8 @@ static void indexer_case_at(int Hi, int di, int nk, int K, int KB, int bs, int m
         double tie = exact || precs[pr].p == CUDA_BF16X3 || precs[pr].p == CUDA_FP32 ? 1e-5 : precs[pr].p == CUDA_BF16X2 ? 1e-4 : 3e-2;
         backend_cuda_precision(gpu, precs[pr].p);
         poison(sel.g), poison(blocks.g), poison(sel2.g);
-        gpu->indexer_topk(gpu, sel.g, &blocks.g, tq.g, tw.g, tk.g, pos0, ratio, NULL, bs, qs, ws);
-        gpu->indexer_topk(gpu, sel2.g, NULL, tq.g, tw.g, tk.g, pos0, ratio, &cand.g, bs, qs, ws);
+        gpu->indexer_topk(gpu, sel.g, &blocks.g, tq.g, tw.g, tk.g.v, pos0, ratio, NULL, bs, qs, ws);
+        gpu->indexer_topk(gpu, sel2.g, NULL, tq.g, tw.g, tk.g.v, pos0, ratio, &cand.g, bs, qs, ws);
         gpu->download(gpu, g, sel.g), gpu->download(gpu, gb, blocks.g), gpu->download(gpu, g2, sel2.g);
         int bad = 0, bad2 = 0;
         for (int r = 0; r < m; r++) {
@@ -816,8 +833,9 @@ static void indexer_case_at(int Hi, int di, int nk, int K, int KB, int bs, int m
         CHECKF(bad2 == 0, "restricted selections differ beyond ties in %d rows (%s)", bad2, precs[pr].name);
     }
     backend_cuda_precision(gpu, CUDA_BF16X3);
-    pair_t *all[] = {&tq, &tw, &tk, &sel, &blocks, &sel2, &cand};
+    pair_t *all[] = {&tq, &tw, &sel, &blocks, &sel2, &cand};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
+    free_paged(&tk);
     free(q), free(w), free(keys), free(g), free(c), free(gb), free(cb), free(g2), free(c2), free(sc);
 }
 
@@ -858,7 +876,8 @@ static void test_tc_spans(void) {
     float *q = t_rand_vec((size_t)(M * H * D), 1.0f), *kv = t_rand_vec((size_t)(M * D), 1.0f), *sink = t_rand_vec(H, 2.0f);
     int32_t *sel = xmalloc((size_t)(M * K) * 4);
     for (int i = 0; i < M * K; i++) sel[i] = -1;
-    pair_t tq = putf(q, M, H * D), tk = putf(kv, M, D), ts = putf(sink, 1, H), rings[NS], pools[NS], keys[NS];
+    pair_t tq = putf(q, M, H * D), tk = putf(kv, M, D), ts = putf(sink, 1, H), rings[NS];
+    paged_pair_t pools[NS], keys[NS];
     bk_span_t gs[NS], cs[NS];
     float *iq = rand_keys((size_t)(M * HI * DI), true), *iw = t_rand_vec((size_t)(M * HI), 1.0f), *kh[NS];
     for (int i = 0; i < NS; i++) {
@@ -866,11 +885,11 @@ static void test_tc_spans(void) {
         int32_t *si = rand_sel((int)sp[i].n, K, npool[i]);
         memcpy(sel + sp[i].r0 * K, si, (size_t)(sp[i].n * K) * 4);
         kh[i] = rand_keys((size_t)(npool[i] + 1) * DI, true);
-        rings[i] = putf(r, W, D), pools[i] = putf(p, npool[i] + 1, D), keys[i] = putf(kh[i], npool[i] + 1, DI);
+        rings[i] = putf(r, W, D), pools[i] = put_paged(p, npool[i] + 1, D), keys[i] = put_paged(kh[i], npool[i] + 1, DI);
         gs[i] = cs[i] = sp[i];
         gs[i].ring = rings[i].g, cs[i].ring = rings[i].c;
-        gs[i].pool = bk_rows(pools[i].g, 0, npool[i]), cs[i].pool = bk_rows(pools[i].c, 0, npool[i]);
-        gs[i].keys = bk_rows(keys[i].g, 0, npool[i]), cs[i].keys = bk_rows(keys[i].c, 0, npool[i]);
+        gs[i].pool = first_rows(pools[i].g, npool[i]), cs[i].pool = first_rows(pools[i].c, npool[i]);
+        gs[i].keys = first_rows(keys[i].g, npool[i]), cs[i].keys = first_rows(keys[i].c, npool[i]);
         free(r), free(p), free(si);
     }
     pair_t tsel = puti(sel, M, K), o = out2(BK_F32, M, H * D), o1 = out2(BK_F32, M, H * D);
@@ -927,7 +946,7 @@ static void test_tc_spans(void) {
     backend_cuda_precision(gpu, CUDA_BF16X3);
     pair_t *all[] = {&tq, &tk, &ts, &tsel, &o, &o1, &tiq, &tiw, &s1, &b1, &s2, &b2};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
-    for (int i = 0; i < NS; i++) free2(&rings[i]), free2(&pools[i]), free2(&keys[i]), free(kh[i]);
+    for (int i = 0; i < NS; i++) free2(&rings[i]), free_paged(&pools[i]), free_paged(&keys[i]), free(kh[i]);
     free(q), free(kv), free(sink), free(sel), free(iq), free(iw);
 }
 
@@ -1028,14 +1047,15 @@ static void test_batched_forms(void) {
     int32_t *sel = xmalloc((size_t)(M * K) * 4);
     for (int i = 0; i < M * K; i++) sel[i] = t_rnd() % 7 == 0 ? -1 : (int32_t)(t_rnd() % 190); /* within every pool */
     pair_t tq = putf(q, M, H * d), tk = putf(kv, M, d), ts = putf(sink, 1, H), tsel = puti(sel, M, K);
-    pair_t rings[M + 2], pools[M + 2];
+    pair_t rings[M + 2];
+    paged_pair_t pools[M + 2], ikeys[M + 2];
     bk_span_t gs[M + 2], cs[M + 2];
     for (int i = 0; i < ns; i++) {
         float *r = t_rand_vec((size_t)(W * d), 1.0f), *p = t_rand_vec((size_t)(np * d), 1.0f);
-        rings[i] = putf(r, W, d), pools[i] = putf(p, np, d);
+        rings[i] = putf(r, W, d), pools[i] = put_paged(p, np, d);
         int64_t vis = np - 11 * i; /* pools of several lengths */
         gs[i] = cs[i] = sp[i];
-        gs[i].ring = rings[i].g, cs[i].ring = rings[i].c, gs[i].pool = bk_rows(pools[i].g, 0, vis), cs[i].pool = bk_rows(pools[i].c, 0, vis);
+        gs[i].ring = rings[i].g, cs[i].ring = rings[i].c, gs[i].pool = first_rows(pools[i].g, vis), cs[i].pool = first_rows(pools[i].c, vis);
         gs[i].win_lo = cs[i].win_lo = i == 1 ? sp[i].pos0 - 5 : 0;
         free(r), free(p);
     }
@@ -1086,7 +1106,10 @@ static void test_batched_forms(void) {
     float *iq = t_rand_vec((size_t)(M * Hi * di), 1.0f), *iw = t_rand_vec((size_t)(M * Hi), 1.0f);
     pair_t tiq = putf(iq, M, Hi * di), tiw = putf(iw, M, Hi);
     for (int i = 0; i < ns; i++) {
-        gs[i].keys = bk_cols(bk_rows(pools[i].g, 0, 150 - 9 * i), 0, di), cs[i].keys = bk_cols(bk_rows(pools[i].c, 0, 150 - 9 * i), 0, di);
+        float *kh = t_rand_vec((size_t)(150 * di), 1.0f);
+        ikeys[i] = put_paged(kh, 150, di);
+        free(kh);
+        gs[i].keys = first_rows(ikeys[i].g, 150 - 9 * i), cs[i].keys = first_rows(ikeys[i].c, 150 - 9 * i);
         gs[i].pos0 = cs[i].pos0 = 2 * (150 - 9 * i) - 7 * (i % 3);
     }
     pair_t s1 = out2(BK_I32, M, KI), b1 = out2(BK_I32, M, KB), s2 = out2(BK_I32, M, KI), b2 = out2(BK_I32, M, KB);
@@ -1122,7 +1145,7 @@ static void test_batched_forms(void) {
     for (int i = 0; i < ns; i++) compare(rings[i], 0, "copy_many");
     pair_t *all[] = {&tq, &tk, &ts, &tsel, &tiq, &tiw, &s1, &b1, &s2, &b2, &s3};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) free2(all[i]);
-    for (int i = 0; i < ns; i++) free2(&rings[i]), free2(&pools[i]);
+    for (int i = 0; i < ns; i++) free2(&rings[i]), free_paged(&pools[i]), free_paged(&ikeys[i]);
     free(q), free(kv), free(sink), free(sel), free(iq), free(iw);
 }
 

@@ -387,18 +387,19 @@ static void test_group_pool(void) {
 
 /* ---- attention ---------------------------------------------------------------------------- */
 static void test_attention(void) {
-    int H = 3, d = 40, W = 5, m = 4, npool = 9, K = 4;
+    int H = 3, d = 40, W = 5, m = 4, npool = 150, K = 4; /* the pool: three pages */
     int64_t pos0 = 12;
     float *q = t_rand_vec((size_t)(m * H * d), 1.0f), *ring = t_rand_vec((size_t)(W * d), 1.0f), *kv = t_rand_vec((size_t)(m * d), 1.0f);
     float *pool = t_rand_vec((size_t)(npool * d), 1.0f), *sink = t_rand_vec((size_t)H, 2.0f);
-    int32_t sel[4 * 4] = {0, 3, 8, -1, -1, -1, -1, -1, 2, 4, 5, 6, 1, 7, -1, -1};
-    bk_tensor_t tq = put(bk, q, m, H * d), tr = put(bk, ring, W, d), tk = put(bk, kv, m, d), tp = put(bk, pool, npool, d);
+    int32_t sel[4 * 4] = {0, 67, 149, -1, -1, -1, -1, -1, 2, 64, 130, 63, 1, 127, -1, -1};
+    bk_tensor_t tq = put(bk, q, m, H * d), tr = put(bk, ring, W, d), tk = put(bk, kv, m, d);
+    t_paged_t tp = t_paged(bk, pool, npool, d);
     bk_tensor_t ts = put(bk, sink, 1, H), tsel = put_i(bk, sel, m, K), out = bk->alloc(bk, BK_F32, m, H * d);
     float scale = 1.0f / sqrtf((float)d);
     for (int variant = 0; variant < 3; variant++) {
         int64_t win_lo = variant == 1 ? 11 : 0; /* 1: a replay start inside the window */
         bool with_pool = variant != 2;
-        bk->attention(bk, out, tq, ts, scale, tr, tk, pos0, W, win_lo, with_pool ? &tp : NULL, with_pool ? &tsel : NULL);
+        bk->attention(bk, out, tq, ts, scale, tr, tk, pos0, W, win_lo, with_pool ? &tp.v : NULL, with_pool ? &tsel : NULL);
         float *got = t_download(bk, out);
         double *ref = xmalloc((size_t)(m * H * d) * 8);
         for (int r = 0; r < m; r++)
@@ -427,8 +428,9 @@ static void test_attention(void) {
         CHECKF(rel_err(got, ref, (size_t)(m * H * d)) < TOL, "variant %d: %.3g", variant, rel_err(got, ref, (size_t)(m * H * d)));
         free(got), free(ref);
     }
-    bk_tensor_t *all[] = {&tq, &tr, &tk, &tp, &ts, &tsel, &out};
+    bk_tensor_t *all[] = {&tq, &tr, &tk, &ts, &tsel, &out};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) bk->release(bk, all[i]);
+    t_paged_free(&tp);
     free(q), free(ring), free(kv), free(pool), free(sink);
 }
 
@@ -458,19 +460,20 @@ static void ref_topk(const double *scores, int n, int k, int32_t *out) {
 }
 
 static void test_indexer(void) {
-    int Hi = 3, di = 32, nk = 37, K = 5, KB = 3, bs = 4, m = 6;
+    int Hi = 3, di = 32, nk = 150, K = 5, KB = 3, bs = 4, m = 6; /* the keys: three pages */
     float *q = t_rand_vec((size_t)(m * Hi * di), 1.0f), *w = t_rand_vec((size_t)(m * Hi), 1.0f), *keys = t_rand_vec((size_t)(nk * di), 1.0f);
     for (int c = 0; c < di; c++) keys[9 * di + c] = keys[4 * di + c]; /* two identical keys: a tie */
     float qs = 1.0f / sqrtf((float)di), ws = 1.0f / sqrtf((float)Hi);
-    bk_tensor_t tq = put(bk, q, m, Hi * di), tw = put(bk, w, m, Hi), tk = put(bk, keys, nk, di);
+    bk_tensor_t tq = put(bk, q, m, Hi * di), tw = put(bk, w, m, Hi);
+    t_paged_t tk = t_paged(bk, keys, nk, di);
     bk_tensor_t sel = bk->alloc(bk, BK_I32, m, K), blocks = bk->alloc(bk, BK_I32, m, KB), sel2 = bk->alloc(bk, BK_I32, m, K);
-    int64_t pos0s[] = {0, 20, 30};
-    int ratios[] = {1, 2, 1};
-    for (int v = 0; v < 3; v++) {
+    int64_t pos0s[] = {0, 20, 30, 140};
+    int ratios[] = {1, 2, 1, 1};
+    for (int v = 0; v < 4; v++) {
         int64_t pos0 = pos0s[v];
         int ratio = ratios[v];
-        bk->indexer_topk(bk, sel, &blocks, tq, tw, tk, pos0, ratio, NULL, bs, qs, ws); /* candidate source */
-        bk->indexer_topk(bk, sel2, NULL, tq, tw, tk, pos0, ratio, &blocks, bs, qs, ws); /* restricted user */
+        bk->indexer_topk(bk, sel, &blocks, tq, tw, tk.v, pos0, ratio, NULL, bs, qs, ws); /* candidate source */
+        bk->indexer_topk(bk, sel2, NULL, tq, tw, tk.v, pos0, ratio, &blocks, bs, qs, ws); /* restricted user */
         int32_t got[6 * 5], gotb[6 * 3], got2[6 * 5];
         bk->download(bk, got, sel);
         bk->download(bk, gotb, blocks);
@@ -479,7 +482,7 @@ static void test_indexer(void) {
         for (int r = 0; r < m; r++) {
             int nvis = (int)((pos0 + r + 1) / ratio);
             if (nvis > nk) nvis = nk;
-            double sc[64], bsc[16];
+            double sc[160], bsc[48];
             for (int j = 0; j < nvis; j++) {
                 double s = 0;
                 for (int h = 0; h < Hi; h++) {
@@ -510,8 +513,9 @@ static void test_indexer(void) {
         }
         CHECKF(bad == 0, "case %d: %d rows differ", v, bad);
     }
-    bk_tensor_t *all[] = {&tq, &tw, &tk, &sel, &blocks, &sel2};
+    bk_tensor_t *all[] = {&tq, &tw, &sel, &blocks, &sel2};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) bk->release(bk, all[i]);
+    t_paged_free(&tk);
     free(q), free(w), free(keys);
 }
 
@@ -663,14 +667,17 @@ static void test_batched_forms(void) {
     float *iq = t_rand_vec((size_t)(m * Hi * d), 1.0f), *iw = t_rand_vec((size_t)(m * Hi), 1.0f);
     int32_t sel[5 * 3] = {0, 2, -1, 1, 5, 6, 3, 3, -1, 0, 1, 2, 4, -1, -1};
     bk_tensor_t tq = put(bk, q, m, H * d), tk = put(bk, kv, m, d), ts = put(bk, sink, 1, H), tsel = put_i(bk, sel, m, K);
-    bk_tensor_t tiq = put(bk, iq, m, Hi * d), tiw = put(bk, iw, m, Hi), rings[2], pools[2];
+    bk_tensor_t tiq = put(bk, iq, m, Hi * d), tiw = put(bk, iw, m, Hi), rings[2];
+    t_paged_t pools[2];
     for (int i = 0; i < 2; i++) {
         float *r = t_rand_vec((size_t)(W * d), 1.0f), *pl = t_rand_vec((size_t)(7 * d), 1.0f);
-        rings[i] = put(bk, r, W, d), pools[i] = put(bk, pl, 7, d);
+        rings[i] = put(bk, r, W, d), pools[i] = t_paged(bk, pl, 7, d);
         free(r), free(pl);
     }
-    bk_span_t as[2] = {{.r0 = 0, .n = 2, .pos0 = 9, .ring = rings[0], .pool = pools[0], .keys = pools[0], .win_lo = 0},
-                       {.r0 = 3, .n = 2, .pos0 = 13, .ring = rings[1], .pool = pools[1], .keys = bk_rows(pools[1], 0, 5), .win_lo = 12}};
+    bk_paged_t keys1 = pools[1].v;
+    keys1.rows = 5;
+    bk_span_t as[2] = {{.r0 = 0, .n = 2, .pos0 = 9, .ring = rings[0], .pool = pools[0].v, .keys = pools[0].v, .win_lo = 0},
+                       {.r0 = 3, .n = 2, .pos0 = 13, .ring = rings[1], .pool = pools[1].v, .keys = keys1, .win_lo = 12}};
     for (int with_pool = 0; with_pool < 2; with_pool++) {
         float *nan = xmalloc((size_t)(m * H * d) * 4);
         for (int i = 0; i < m * H * d; i++) nan[i] = NAN;
@@ -699,8 +706,9 @@ static void test_batched_forms(void) {
                          as[i].keys, as[i].pos0, 2, NULL, 2, 0.3f, 0.5f);
     }
     CHECK(same_f32(bk, s1, s2) && same_f32(bk, b1, b2));
-    bk_tensor_t *all[] = {&tq, &tk, &ts, &tsel, &tiq, &tiw, &rings[0], &rings[1], &pools[0], &pools[1], &s1, &s2, &b1, &b2};
+    bk_tensor_t *all[] = {&tq, &tk, &ts, &tsel, &tiq, &tiw, &rings[0], &rings[1], &s1, &s2, &b1, &b2};
     for (size_t i = 0; i < DI_ARRAY_LEN(all); i++) bk->release(bk, all[i]);
+    t_paged_free(&pools[0]), t_paged_free(&pools[1]);
     free(q), free(kv), free(sink), free(iq), free(iw);
 
     /* copy_many: as the copies one by one */

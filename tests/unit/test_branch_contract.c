@@ -68,6 +68,14 @@ static void wr(bk_tensor_t t, const char *op) { note(t, true, op); }
 static void rdp(const bk_tensor_t *t, const char *op) {
     if (t) rd(*t, op);
 }
+/* Reads of a paged store: its rows, page by page. */
+static void rd_paged(bk_paged_t p, const char *op) {
+    bk_tensor_t v;
+    for (int64_t j = 0; j < p.rows; j += v.rows) {
+        bk_paged_run(p, j, p.rows - j, &v);
+        rd(v, op);
+    }
+}
 
 static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
@@ -227,10 +235,11 @@ static void w_group_pool(backend_t *bk, bk_tensor_t out, bk_tensor_t z, bk_tenso
     IN->group_pool(IN, out, z, s, ratio);
 }
 static void w_attention(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t ring,
-                        bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_tensor_t *pool,
+                        bk_tensor_t kv_new, int64_t pos0, int window, int64_t win_lo, const bk_paged_t *pool,
                         const bk_tensor_t *sel) {
     (void)bk, main_line_only("attention"), rd(q, "attention"), rd(ring, "attention"), rd(kv_new, "attention");
-    rdp(pool, "attention"), rdp(sel, "attention"), wr(out, "attention");
+    if (pool) rd_paged(*pool, "attention");
+    rdp(sel, "attention"), wr(out, "attention");
     IN->attention(IN, out, q, sink, scale, ring, kv_new, pos0, window, win_lo, pool, sel);
 }
 static void w_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t sink, float scale, bk_tensor_t kv_new,
@@ -238,13 +247,13 @@ static void w_attention_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_
                               const bk_tensor_t *unrope) {
     (void)bk, main_line_only("attention_spans"), rd(q, "attention_spans"), rd(kv_new, "attention_spans");
     rdp(sel, "attention_spans"), wr(out, "attention_spans");
-    for (int i = 0; i < n_spans; i++) rd(spans[i].ring, "attention_spans"), rd(spans[i].pool, "attention_spans");
+    for (int i = 0; i < n_spans; i++) rd(spans[i].ring, "attention_spans"), rd_paged(spans[i].pool, "attention_spans");
     IN->attention_spans(IN, out, q, sink, scale, kv_new, window, spans, n_spans, sel, unrope);
 }
 static void w_indexer_topk(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_out, bk_tensor_t q, bk_tensor_t w,
-                           bk_tensor_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
+                           bk_paged_t keys, int64_t pos0, int ratio, const bk_tensor_t *blocks_in, int block_size,
                            float q_scale, float w_scale) {
-    (void)bk, main_line_only("indexer_topk"), rd(q, "indexer_topk"), rd(w, "indexer_topk"), rd(keys, "indexer_topk");
+    (void)bk, main_line_only("indexer_topk"), rd(q, "indexer_topk"), rd(w, "indexer_topk"), rd_paged(keys, "indexer_topk");
     rdp(blocks_in, "indexer_topk"), wr(sel, "indexer_topk");
     if (blocks_out) wr(*blocks_out, "indexer_topk");
     IN->indexer_topk(IN, sel, blocks_out, q, w, keys, pos0, ratio, blocks_in, block_size, q_scale, w_scale);
@@ -255,7 +264,7 @@ static void w_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *b
     (void)bk, main_line_only("indexer_spans"), rd(q, "indexer_spans"), rd(w, "indexer_spans");
     rdp(blocks_in, "indexer_spans"), wr(sel, "indexer_spans");
     if (blocks_out) wr(*blocks_out, "indexer_spans");
-    for (int i = 0; i < n_spans; i++) rd(spans[i].keys, "indexer_spans");
+    for (int i = 0; i < n_spans; i++) rd_paged(spans[i].keys, "indexer_spans");
     IN->indexer_spans(IN, sel, blocks_out, q, w, spans, n_spans, ratio, blocks_in, block_size, q_scale, w_scale);
 }
 static void w_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
