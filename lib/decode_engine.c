@@ -226,9 +226,6 @@ static void admit(decode_engine_t *d, waiting_t *w) {
     s->reserve = reservation(d, &s->f, s->prompt);
     d->used += s->reserve;
     if ((uint64_t)d->used > d->stats.peak_pool) d->stats.peak_pool = (uint64_t)d->used;
-    const model_config_t *c = &d->o.m->cfg;
-    for (int L = 0; L < c->n_layers; L++) /* pools sized once for every position it may reach */
-        if (c->layers[L].has_compressor) seqstate_reserve(st, L, s->reserve / c->layers[L].ratio);
     if (s->gm) s->mask = xmalloc(constraints_mask_words(d->o.constraints) * sizeof *s->mask);
     const char *reason = NULL;
     for (uint32_t i = 0; i < s->f.n_tokens && !reason; i++) {

@@ -10,8 +10,8 @@
  *
  * Memory: a sequence reserves, when it is admitted, room for every position it can reach:
  * prompt + min(max_tokens, context - prompt) tokens, counted against pool_tokens (its pools
- * are allocated to that size at once, so they never grow), plus its fixed window rows; at most
- * max_batch sequences run. A state that does not fit waits in arrival order until running
+ * take pages as it reaches them, pagestore.h, so one that ends early never holds the rest),
+ * plus its fixed window rows; at most max_batch sequences run. A state that does not fit waits in arrival order until running
  * sequences finish: nothing is dropped. One that could never fit (more than pool_tokens alone)
  * is refused with an error frame (code too_large), as is a state that does not deserialize
  * (another model's fingerprint, truncated, corrupted: code bad_state) or disagrees with its

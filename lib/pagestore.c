@@ -36,6 +36,7 @@ void pagepool_free(pagepool_t *pp) {
 
 int64_t pagepool_in_use(const pagepool_t *pp) { return pp->carved - pp->n_free; }
 int64_t pagepool_pages(const pagepool_t *pp) { return pp->carved; }
+int64_t pagepool_bytes(const pagepool_t *pp) { return pp ? pp->carved * BK_PAGE_ROWS * pp->cols * 4 : 0; }
 
 static void give(pagepool_t *pp, void *page) {
     if (pp->n_free == pp->cap_free) {

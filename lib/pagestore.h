@@ -16,8 +16,9 @@ pagepool_t *pagepool_new(backend_t *bk, int64_t cols);
 void pagepool_free(pagepool_t *pp);
 /* Pages handed out and not given back (tests, statistics). */
 int64_t pagepool_in_use(const pagepool_t *pp);
-/* Pages carved so far (in use or free). */
+/* Pages carved so far (in use or free), and their bytes (the pool's memory: it never shrinks). */
 int64_t pagepool_pages(const pagepool_t *pp);
+int64_t pagepool_bytes(const pagepool_t *pp);
 
 typedef struct {
     pagepool_t *pp;

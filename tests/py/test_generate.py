@@ -223,7 +223,7 @@ def test_context_rule(s):
 def test_memory_pressure(s):
     rng = random.Random(5)
     reqs = [{"id": f"m{i}", "prompt": prompt_ids(rng, 10 + i % 7), "max_tokens": 8, "temperature": 0} for i in range(20)]
-    big, _, rcs1, _ = run_pipe(reqs, [], ["--pool-tokens", "100000"])
+    big, _, rcs1, errs1 = run_pipe(reqs, [], ["--pool-tokens", "100000", "--stats"])
     small, answers, rcs2, errs = run_pipe(reqs, [], ["--pool-tokens", "60", "--stats"])
     peak = int(re.search(r"peak_pool_tokens (\d+)", errs[2]).group(1))
     batch = int(re.search(r"peak_batch (\d+)", errs[2]).group(1))
@@ -231,6 +231,10 @@ def test_memory_pressure(s):
     s.check(rcs1 == rcs2 == [0, 0, 0, 0] and len(answers) == 20 and same and peak <= 60 and batch <= 3,
             f"a pool of 60 tokens for 20 requests of ~22: queued (peak {peak} tokens, batch {batch}), all answered, same tokens",
             f"rcs {rcs1} {rcs2}, {len(answers)} answers, same {same}")
+    # the paged state: a finished sequence's pages serve the next, so three at a time carve less
+    pages = [int(re.search(r"state_page_bytes (\d+)", e[2]).group(1)) for e in (errs1, errs)]
+    s.check(0 < pages[1] < pages[0], f"state pages: {pages[1]} bytes for 3 sequences at a time, {pages[0]} for all 20 at once",
+            f"{pages}")
 
 
 def test_stop_string(s):

@@ -63,6 +63,7 @@ static void test_reuse(void) {
     pagestore_release(&a);
     pagestore_reserve(&b, 20 * BK_PAGE_ROWS);
     CHECK_EQ(pagepool_pages(pp), carved);
+    CHECK_EQ(pagepool_bytes(pp), carved * BK_PAGE_ROWS * 4 * 4);
     CHECK_EQ(pagepool_in_use(pp), 20);
     pagestore_release(&b);
     pagepool_free(pp);

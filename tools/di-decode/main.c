@@ -42,14 +42,23 @@ static tokenizer_t *stop_tokenizer(const char *path, int64_t vocab) {
     return tok;
 }
 
-static void print_stats(const decode_stats_t *ds, const constraints_stats_t *cs, double pool_bytes_per_token) {
+/* fp32 bytes of pools and indexer keys per position, summed over the KV-source layers. */
+static double pool_bytes_per_token(const model_config_t *c) {
+    double b = 0;
+    for (int L = 0; L < c->n_layers; L++)
+        if (c->layers[L].has_compressor) b += 4.0 * (c->head_dim + (c->layers[L].indexer_keys ? c->index_head_dim : 0)) / c->layers[L].ratio;
+    return b;
+}
+
+static void print_stats(const decode_stats_t *ds, const constraints_stats_t *cs, const model_t *m) {
     double fwd = (double)ds->forward_ns / 1e9;
     fprintf(stderr, "%s: stats: decode_steps %llu\n", STAGE, (unsigned long long)ds->steps);
     fprintf(stderr, "%s: stats: decoded_tokens %llu\n", STAGE, (unsigned long long)ds->tokens);
     if (ds->steps) fprintf(stderr, "%s: stats: mean_batch %.2f\n", STAGE, (double)ds->batch_sum / (double)ds->steps);
     fprintf(stderr, "%s: stats: peak_batch %llu\n", STAGE, (unsigned long long)ds->peak_batch);
     fprintf(stderr, "%s: stats: peak_pool_tokens %llu\n", STAGE, (unsigned long long)ds->peak_pool);
-    fprintf(stderr, "%s: stats: pool_bytes_per_token %.1f\n", STAGE, pool_bytes_per_token);
+    fprintf(stderr, "%s: stats: pool_bytes_per_token %.1f\n", STAGE, pool_bytes_per_token(&m->cfg));
+    fprintf(stderr, "%s: stats: state_page_bytes %lld\n", STAGE, (long long)(pagepool_bytes(m->pool_pages) + pagepool_bytes(m->key_pages)));
     fprintf(stderr, "%s: stats: forward_s %.6f\n", STAGE, fwd);
     if (fwd > 0) fprintf(stderr, "%s: stats: decode_tokens_per_s %.1f\n", STAGE, (double)ds->tokens / fwd);
     fprintf(stderr, "%s: stats: deserialize_s %.6f\n", STAGE, (double)ds->deserialize_ns / 1e9);
@@ -60,14 +69,6 @@ static void print_stats(const decode_stats_t *ds, const constraints_stats_t *cs,
     fprintf(stderr, "%s: stats: grammar_us_per_token %.3f\n", STAGE, (double)ds->grammar_ns / 1e3 / (double)ds->grammar_tokens);
     fprintf(stderr, "%s: stats: grammar_max_us %.3f\n", STAGE, (double)ds->grammar_max_ns / 1e3);
     fprintf(stderr, "%s: stats: grammar_forced_ends %llu\n", STAGE, (unsigned long long)ds->forced_ends);
-}
-
-/* fp32 bytes of pools and indexer keys per position, summed over the KV-source layers. */
-static double pool_bytes_per_token(const model_config_t *c) {
-    double b = 0;
-    for (int L = 0; L < c->n_layers; L++)
-        if (c->layers[L].has_compressor) b += 4.0 * (c->head_dim + c->index_head_dim) / c->layers[L].ratio;
-    return b;
 }
 
 int main(int argc, char **argv) {
@@ -138,7 +139,7 @@ int main(int argc, char **argv) {
     io_shutdown();
     if (common.stats) {
         stats_print(&st, frame_in_counters(in), &out_counters);
-        print_stats(ds, constraints_stats(cons), pool_bytes_per_token(&m.cfg));
+        print_stats(ds, constraints_stats(cons), &m);
     }
     decode_free(de);
     constraints_free(cons);
