@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
     bk->qat(bk, j.kv, QAT_FP8_UE8M0, 32);
     bk->qat(bk, j.iq, QAT_FP4_UE8M0, 32);
     pagepool_t *pool_pages = pagepool_new(bk, 512), *key_pages = pagepool_new(bk, 128);
-    pagestore_t pool = random_store(bk, pool_pages, n, 2000, QAT_FP4_E4M3, 16), keys = random_store(bk, key_pages, n, 3000, QAT_FP4_UE8M0, 32);
+    pagestore_t pool = random_store(bk, pool_pages, n, 2000, QAT_FP4_E4M3, 16);
+    pagestore_t keys = random_store(bk, key_pages, n, 3000, QAT_FP4_UE8M0, 32);
     printf("prefill of %lld rows, V4.1-Flash shapes, ms per call:\n", (long long)n);
     printf("| op | ratio | bf16x3 | bf16x2 | bf16 | fp32 (CUDA cores) |\n|---|---|---|---|---|---|\n");
     static const cuda_precision_t precs[] = {CUDA_BF16X3, CUDA_BF16X2, CUDA_BF16, CUDA_FP32};

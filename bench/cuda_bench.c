@@ -87,8 +87,7 @@ static void random_model(backend_t *bk, int N, model_t *m) {
     flash_config(N, &m->cfg);
     const model_config_t *c = &m->cfg;
     m->bk = bk;
-    m->pool_pages = pagepool_new(bk, c->head_dim);
-    m->key_pages = c->index_head_dim > 0 ? pagepool_new(bk, c->index_head_dim) : NULL;
+    model_pages_new(m);
     snprintf(m->dir, sizeof m->dir, "(random weights)");
     int64_t D = c->hidden_size, hd = c->head_dim, H = c->n_heads, ql = c->q_lora_rank, G = c->o_groups, R = c->o_lora_rank;
     int64_t nm = (2 + c->hc_mult) * c->hc_mult, E = c->n_routed_experts, I = c->moe_inter;
@@ -143,7 +142,6 @@ static void random_model(backend_t *bk, int N, model_t *m) {
     backend_cuda_sync(bk);
 }
 
-/* A sequence state at position ctx with random contents (windows, pools, keys, history). */
 /* Random rows in a paged store, page by page. */
 static void fill_paged(backend_t *bk, bk_paged_t p) {
     bk_tensor_t v;
@@ -153,6 +151,7 @@ static void fill_paged(backend_t *bk, bk_paged_t p) {
     }
 }
 
+/* A sequence state at position ctx with random contents (windows, pools, keys, history). */
 static seqstate_t *synth_state(const model_t *m, int64_t ctx, int64_t room) {
     const model_config_t *c = &m->cfg;
     backend_t *bk = m->bk;

@@ -19,19 +19,16 @@ static size_t ix_smem(int kt, int heads, int di, int vec) {
 }
 
 __global__ void __launch_bounds__(IX_THREADS) indexer_score_kernel(ix_args_t a, int kt) {
-    { /* the page-table entries of this block's keys, asked of L2 while the kernel before drains */
-        const ix_row_t rd = ix_row(a, blockIdx.y); /* the row table came by a copy, complete before this launch */
-        int64_t j0 = (int64_t)blockIdx.x * kt;
-        if (j0 < rd.nk) prefetch_pages(rd.keys, j0 >> K_PAGE_SHIFT, ((min(rd.nk, j0 + kt) - 1) >> K_PAGE_SHIFT) + 1, threadIdx.x, blockDim.x);
-    }
+    int64_t b = blockIdx.y, j0 = (int64_t)blockIdx.x * kt;
+    const ix_row_t rd = ix_row(a, b); /* the row table came by a copy, complete before this launch */
+    if (j0 < rd.nk) /* this block's page-table entries, asked of L2 while the kernel before drains */
+        prefetch_pages(rd.keys, j0 >> K_PAGE_SHIFT, ((min(rd.nk, j0 + kt) - 1) >> K_PAGE_SHIFT) + 1, threadIdx.x, blockDim.x);
     pdl_begin();
     extern __shared__ __align__(16) unsigned char smem[];
     const float **rows = (const float **)smem;
     int heads = a.heads, di = a.di, lk = a.vec ? di + 4 : di + 1, tid = threadIdx.x;
     float *qs = (float *)(rows + kt + 2), *ks = qs + heads * di; /* qs, ks 16-byte aligned */
     float *terms = ks + kt * lk, *ws = terms + kt * (heads + 1);   /* terms[key][head] */
-    int64_t b = blockIdx.y, j0 = (int64_t)blockIdx.x * kt;
-    const ix_row_t rd = ix_row(a, b);
     int64_t r = rd.row, nvis = min(rd.nk, (rd.pos + 1) / a.ratio);
     float *out = a.scores + b * a.nk_max;
     if (j0 >= nvis) {

@@ -214,11 +214,11 @@ cudaError_t k_group_pool(float *out, int64_t ldo, const float *z, int64_t ldz, c
 
 /* ---- attention (attention.cu) --------------------------------------------------------------
  * Sparse attention with sink (backend.h). Virtual key u < window: the window row of position
- * i - u; u >= window: pool row sel[r][u - window] (the pool a paged store). splits > 1: partial results of key ranges
- * in part_o ([splits][m][heads*d]) and part_ml ([splits][m][heads][2]), merged by the same
- * launcher. rows (device, m entries) or NULL: each query row's sequence; NULL means row b is
- * row b of q/out/sel at position pos0 + b with the scalar fields' ring, kv_new and pool. vec:
- * every row pointer and stride allows 16-byte loads. */
+ * i - u; u >= window: pool row sel[r][u - window] (the pool a paged store). splits > 1: partial
+ * results of key ranges in part_o ([splits][m][heads*d]) and part_ml ([splits][m][heads][2]),
+ * merged by the same launcher. rows (device, m entries) or NULL: each query row's sequence; NULL
+ * means row b is row b of q/out/sel at position pos0 + b with the scalar fields' ring, kv_new and
+ * pool. vec: every row pointer and stride allows 16-byte loads. */
 typedef struct {
     const float *ring;
     int64_t ld_ring, ring_rows;

@@ -8,16 +8,16 @@
  * and a done frame (finish_reason, usage) when it ends (finish.h). Each frame carries the trace
  * with this stage's hop: read when the state arrived, written when the frame left.
  *
- * Memory: a sequence reserves, when it is admitted, room for every position it can reach:
- * prompt + min(max_tokens, context - prompt) tokens, counted against pool_tokens (its pools
- * take pages as it reaches them, pagestore.h, so one that ends early never holds the rest),
- * plus its fixed window rows; at most max_batch sequences run. A state that does not fit waits in arrival order until running
- * sequences finish: nothing is dropped. One that could never fit (more than pool_tokens alone)
- * is refused with an error frame (code too_large), as is a state that does not deserialize
- * (another model's fingerprint, truncated, corrupted: code bad_state) or disagrees with its
- * frame, and so is a request whose constraint cannot be used (constraints.h: bad_constraint,
- * or unsupported without a vocabulary) or whose tokens so far break it (bad_state); the engine
- * goes on serving the others.
+ * Memory: a sequence reserves, when it is admitted, room for every position it can reach: prompt +
+ * min(max_tokens, context - prompt) tokens, counted against pool_tokens (its pools take pages as
+ * it reaches them, pagestore.h, so one that ends early never holds the rest), plus its fixed
+ * window rows; at most max_batch sequences run. A state that does not fit waits in arrival order
+ * until running sequences finish: nothing is dropped. One that could never fit (more than
+ * pool_tokens alone) is refused with an error frame (code too_large), as is a state that does not
+ * deserialize (another model's fingerprint, truncated, corrupted: code bad_state) or disagrees
+ * with its frame, and so is a request whose constraint cannot be used (constraints.h:
+ * bad_constraint, or unsupported without a vocabulary) or whose tokens so far break it
+ * (bad_state); the engine goes on serving the others.
  *
  * Constrained requests (constraints.h): the matcher is rebuilt from the tokens the state frame
  * carries; each step the row's logits are sampled within the tokens its grammar allows, and

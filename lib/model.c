@@ -174,10 +174,14 @@ int model_open(model_t *m, const char *dir, backend_t *bk, const char *token_map
     }
     m->layers = xcalloc((size_t)c->n_layers, sizeof *m->layers);
     for (int L = 0; L < c->n_layers; L++) bind_layer(m, L);
-    m->pool_pages = pagepool_new(bk, c->head_dim);
-    m->key_pages = c->index_head_dim > 0 ? pagepool_new(bk, c->index_head_dim) : NULL;
+    model_pages_new(m);
     m->fingerprint = fingerprint(m);
     return 0;
+}
+
+void model_pages_new(model_t *m) {
+    m->pool_pages = pagepool_new(m->bk, m->cfg.head_dim);
+    m->key_pages = m->cfg.index_head_dim > 0 ? pagepool_new(m->bk, m->cfg.index_head_dim) : NULL;
 }
 
 static void unbind(backend_t *bk, bk_weight_t *w) {

@@ -57,6 +57,10 @@ typedef struct {
     char dir[1024];
 } model_t;
 
+/* The model's page pools for its sequences' states (model_open calls it; a model built another
+ * way, the benchmark's random one, calls it once bk is set); model_close frees them. */
+void model_pages_new(model_t *m);
+
 /* Opens the checkpoint in dir for backend bk. token_map: NULL for the search above. 0, or -1
  * with err; on failure nothing needs freeing. */
 int model_open(model_t *m, const char *dir, backend_t *bk, const char *token_map, char *err, size_t errlen);

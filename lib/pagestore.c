@@ -1,6 +1,7 @@
 #include "pagestore.h"
 #include "util.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -106,18 +107,17 @@ int64_t pagestore_run(const pagestore_t *s, int64_t j, int64_t n, bk_tensor_t *v
     return bk_paged_run((bk_paged_t){NULL, s->pages, j + n, s->pp->cols}, j, n, view);
 }
 
-void pagestore_upload(const pagestore_t *s, int64_t j0, int64_t n, const float *host) {
+/* Rows [j0, j0 + n) to the store (up) or from it, a page's run at a time. */
+static void transfer(const pagestore_t *s, int64_t j0, int64_t n, float *host, bool up) {
+    backend_t *bk = s->pp->bk;
     bk_tensor_t v;
     for (int64_t j = j0; j < j0 + n; j += v.rows) {
         pagestore_run(s, j, j0 + n - j, &v);
-        s->pp->bk->upload(s->pp->bk, v, host + (j - j0) * v.cols);
+        float *h = host + (j - j0) * v.cols;
+        if (up) bk->upload(bk, v, h);
+        else bk->download(bk, h, v);
     }
 }
 
-void pagestore_download(const pagestore_t *s, int64_t j0, int64_t n, float *host) {
-    bk_tensor_t v;
-    for (int64_t j = j0; j < j0 + n; j += v.rows) {
-        pagestore_run(s, j, j0 + n - j, &v);
-        s->pp->bk->download(s->pp->bk, host + (j - j0) * v.cols, v);
-    }
-}
+void pagestore_upload(const pagestore_t *s, int64_t j0, int64_t n, const float *host) { transfer(s, j0, n, (float *)host, true); }
+void pagestore_download(const pagestore_t *s, int64_t j0, int64_t n, float *host) { transfer(s, j0, n, host, false); }

@@ -46,7 +46,8 @@ static tokenizer_t *stop_tokenizer(const char *path, int64_t vocab) {
 static double pool_bytes_per_token(const model_config_t *c) {
     double b = 0;
     for (int L = 0; L < c->n_layers; L++)
-        if (c->layers[L].has_compressor) b += 4.0 * (c->head_dim + (c->layers[L].indexer_keys ? c->index_head_dim : 0)) / c->layers[L].ratio;
+        if (c->layers[L].has_compressor)
+            b += 4.0 * (c->head_dim + (c->layers[L].indexer_keys ? c->index_head_dim : 0)) / c->layers[L].ratio;
     return b;
 }
 
@@ -58,7 +59,8 @@ static void print_stats(const decode_stats_t *ds, const constraints_stats_t *cs,
     fprintf(stderr, "%s: stats: peak_batch %llu\n", STAGE, (unsigned long long)ds->peak_batch);
     fprintf(stderr, "%s: stats: peak_pool_tokens %llu\n", STAGE, (unsigned long long)ds->peak_pool);
     fprintf(stderr, "%s: stats: pool_bytes_per_token %.1f\n", STAGE, pool_bytes_per_token(&m->cfg));
-    fprintf(stderr, "%s: stats: state_page_bytes %lld\n", STAGE, (long long)(pagepool_bytes(m->pool_pages) + pagepool_bytes(m->key_pages)));
+    long long page_bytes = (long long)(pagepool_bytes(m->pool_pages) + pagepool_bytes(m->key_pages));
+    fprintf(stderr, "%s: stats: state_page_bytes %lld\n", STAGE, page_bytes);
     fprintf(stderr, "%s: stats: forward_s %.6f\n", STAGE, fwd);
     if (fwd > 0) fprintf(stderr, "%s: stats: decode_tokens_per_s %.1f\n", STAGE, (double)ds->tokens / fwd);
     fprintf(stderr, "%s: stats: deserialize_s %.6f\n", STAGE, (double)ds->deserialize_ns / 1e9);
