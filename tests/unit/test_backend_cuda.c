@@ -711,6 +711,7 @@ static void test_attention(void) {
     attention_case_at(64, 512, 128, 36, 5, 3, 0, 0, false, true);       /* no ring, no pool (SWA layer from position 0) */
     attention_case_at(4, 64, 16, 50, 30, 8, 40, 45, true, false);       /* 4 heads; rows before win_lo see only the pool */
     attention_case_at(20, 128, 24, 37, 100, 45, 7, 0, true, false);     /* 20 heads, 24 + 45 keys: three part tiles */
+    attention_case_at(16, 256, 32, 45, 200, 64, 300, 0, true, false);   /* head_dim 256 */
     attention_case_at(33, 96, 128, 64, 300, 96, 500, 0, true, true);
 }
 
