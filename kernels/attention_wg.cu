@@ -23,6 +23,7 @@
 #define AW_THREADS 256
 #define AW_NB 4   // key buffers
 #define AW_SLD 40 // floats per row of a warpgroup's partial logits: 32 + 8
+#define AW_LOG2E 1.4426950408889634f // the softmax in base 2: logits and sinks times log2 e
 
 extern "C" int k_attention_wg_ok(int heads, int d) { return heads >= 1 && heads <= 64 && (d == 128 || d == 256 || d == 512); }
 
@@ -119,7 +120,6 @@ template <int DH> __device__ __forceinline__ void aw_pv(float (&o)[DH / 2], cons
 // softmax: a row's logits on the four threads of its quad, the probabilities into s, each row's
 // rescale factor into al (the maximum starts at the sink, so it is finite and a masked logit's
 // exp2 is 0).
-template <int DH>
 __device__ __forceinline__ void aw_softmax(float (&s)[16], float *sx, unsigned vmask, float scale2, float (&mrun)[2], float (&zrun)[2],
                                            float (&al)[2], int h0, int wg, int q4) {
     float *mine = sx + wg * 64 * AW_SLD;
@@ -240,10 +240,10 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attn_wg_kernel(attn_tc_args_t a
     // this thread's rows (heads) h0 and h0 + 8: running maximum (from the sink) and denominator,
     // in base 2 (the logits scaled by log2 e: one exp2 a probability)
     const int h0 = warp * 16 + g;
-    const float scale2 = a.scale * 1.4426950408889634f;
+    const float scale2 = a.scale * AW_LOG2E;
     float mrun[2], zrun[2] = {1.0f, 1.0f};
 #pragma unroll
-    for (int x = 0; x < 2; x++) mrun[x] = h0 + 8 * x < a.heads ? a.sink[h0 + 8 * x] * 1.4426950408889634f : 0.0f;
+    for (int x = 0; x < 2; x++) mrun[x] = h0 + 8 * x < a.heads ? a.sink[h0 + 8 * x] * AW_LOG2E : 0.0f;
     float o[DH / 2];
 #pragma unroll
     for (int i = 0; i < DH / 2; i++) o[i] = 0.0f;
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attn_wg_kernel(attn_tc_args_t a
     aw_logits<DH>(s, qa, kb0, wg);
     wg_wait<0>();
     fence_regs(s);
-    aw_softmax<DH>(s, sx, valid[0], scale2, mrun, zrun, al, h0, wg, q4);
+    aw_softmax(s, sx, valid[0], scale2, mrun, zrun, al, h0, wg, q4);
     aw_pack_p(s, pa);
     for (int t = 0; t + 1 < ntiles; t++) {
         tc_cp_wait_newest<AW_NB - 3>(); /* tile t + 1 */
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1) attn_wg_kernel(attn_tc_args_t a
         aw_pv<DH>(o, pa, kt, wg);
         wg_wait<1>();
         fence_regs(s);
-        aw_softmax<DH>(s, sx, valid[(t + 1) % AW_NB], scale2, mrun, zrun, al, h0, wg, q4);
+        aw_softmax(s, sx, valid[(t + 1) % AW_NB], scale2, mrun, zrun, al, h0, wg, q4);
         wg_wait<0>();
         fence_regs(o);
         aw_rescale<DH>(o, al);
