@@ -174,17 +174,24 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // sub-tiles of SW positions, one commit group. The stage's descriptor d plus an offset / 16
 // addresses a k16 slice of a sub-tile (shared addresses stay below 2^18, so the 14-bit field
 // takes the sum).
+// bf16: the N sub-tiles lie one after another, so that one wgmma N times as wide takes them all
+// (its accumulators are theirs in order).
 template <int N, bool E4M3, int NS, int R>
 __device__ __forceinline__ void mma_run(float (&acc)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
     wg_fence();
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4; j++) {
+        if constexpr (!E4M3 && N * R <= 128) {
+            wgmma_rs<0>(*reinterpret_cast<float(*)[N * R]>(&acc[0][0]), a[j], d + ((j * 32) >> 4));
+        } else {
 #pragma unroll
-        for (int sub = 0; sub < N; sub++) {
-            uint64_t bd = d + ((sub * R * 2 * 128 + j * 32) >> 4);
-            if constexpr (E4M3) wgmma_e4m3(acc[sub], a[j], bd, j > 0); // fp8: k32 steps, acc overwritten
-            else wgmma_rs<0>(acc[sub], a[j], bd);
+            for (int sub = 0; sub < N; sub++) {
+                uint64_t bd = d + ((sub * R * 2 * 128 + j * 32) >> 4);
+                if constexpr (E4M3) wgmma_e4m3(acc[sub], a[j], bd, j > 0); // fp8: k32 steps, acc overwritten
+                else wgmma_rs<0>(acc[sub], a[j], bd);
+            }
         }
+    }
     wg_commit();
 }
 // The run for nsub sub-tiles (1 <= nsub <= N), most likely the full one first.

@@ -60,6 +60,14 @@ template <int T> __device__ __forceinline__ void wgmma_rs(float (&d)[64], const 
                  : TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24), TC_D8(32), TC_D8(40), TC_D8(48), TC_D8(56)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(T));
 }
+template <int T> __device__ __forceinline__ void wgmma_rs(float (&d)[96], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" WG_R0 ", " WG_R1 ", " WG_R2 "}, "
+                 "{%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
+                 : TC_D8(0), TC_D8(8), TC_D8(16), TC_D8(24), TC_D8(32), TC_D8(40), TC_D8(48), TC_D8(56), TC_D8(64), TC_D8(72),
+                   TC_D8(80), TC_D8(88)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1), "n"(T));
+}
 template <int T> __device__ __forceinline__ void wgmma_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_R0 ", " WG_R1 ", " WG_R2 ", " WG_R3 "}, "

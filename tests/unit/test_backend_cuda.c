@@ -1335,6 +1335,7 @@ static void test_moe(void) {
     set_precision(CUDA_BF16X3);
     backend_cuda_precision(gpu, CUDA_BF16);
     moe_case(300, 128, 64, 16, 6, WQ_FP4, true, false); /* tensor cores, rounded activations */
+    moe_case(300, 384, 256, 16, 6, WQ_FP4, false, true); /* skewed: an expert's positions over several tiles */
     moe_case(40, 128, 64, 9, 3, WQ_FP4, false, false);  /* tensor cores 8 positions a pass, rounded activations */
     backend_cuda_precision(gpu, CUDA_BF16X3);
     moe_case(5, 37, 19, 4, 2, WQ_FP4, true, false);   /* odd shapes: the plain kernel */
