@@ -173,23 +173,20 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // One reduction step (four k16; E4M3: four k32 of e4m3, acc overwritten) on the first N
 // sub-tiles of SW positions, one commit group. The stage's descriptor d plus an offset / 16
 // addresses a k16 slice of a sub-tile (shared addresses stay below 2^18, so the 14-bit field
-// takes the sum).
-// bf16: the N sub-tiles lie one after another, so that one wgmma N times as wide takes them all
-// (its accumulators are theirs in order).
+// takes the sum). bf16: the sub-tiles lie one after another, so one wgmma N times as wide takes
+// them all (its accumulators are theirs in order; fewer, wider instructions: run 183).
 template <int N, bool E4M3, int NS, int R>
 __device__ __forceinline__ void mma_run(float (&acc)[NS][R], const uint32_t (&a)[4][4], uint64_t d) {
+    static_assert(E4M3 || N * R <= 128, "a wgmma is at most 256 positions wide");
     wg_fence();
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        if constexpr (!E4M3 && N * R <= 128) {
-            wgmma_rs<0>(*reinterpret_cast<float(*)[N * R]>(&acc[0][0]), a[j], d + ((j * 32) >> 4));
-        } else {
+        if constexpr (E4M3) {
 #pragma unroll
-            for (int sub = 0; sub < N; sub++) {
-                uint64_t bd = d + ((sub * R * 2 * 128 + j * 32) >> 4);
-                if constexpr (E4M3) wgmma_e4m3(acc[sub], a[j], bd, j > 0); // fp8: k32 steps, acc overwritten
-                else wgmma_rs<0>(acc[sub], a[j], bd);
-            }
+            for (int sub = 0; sub < N; sub++) // fp8: k32 steps, acc overwritten
+                wgmma_e4m3(acc[sub], a[j], d + ((sub * R * 2 * 128 + j * 32) >> 4), j > 0);
+        } else {
+            wgmma_rs<0>(*reinterpret_cast<float(*)[N * R]>(&acc[0][0]), a[j], d + ((j * 32) >> 4));
         }
     }
     wg_commit();
@@ -705,7 +702,8 @@ template <int KIND, int TERMS, int SW, bool WS> static cudaError_t launch(const 
 }
 
 // Dense tiles in sub-tiles of 128 positions; grouped ones (about 128 positions per expert) in
-// 64 (measured: 32 and 128 were 2-5% slower on the experts of an 8k-token prefill).
+// 64 (measured: 32 and 128 were 2-5% slower on the experts of an 8k-token prefill; 32 again 3%
+// slower with one wide wgmma a step, run 184).
 template <int KIND, int TERMS, bool WS> static cudaError_t launch_sw(const mm_args_t *a, cudaStream_t s) {
     return a->wtab ? launch<KIND, TERMS, 64, WS>(a, s) : launch<KIND, TERMS, 128, WS>(a, s);
 }
