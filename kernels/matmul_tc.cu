@@ -452,14 +452,19 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
     }
     load_scales(0);
 
+    // the step's stage and its full barrier's phase, and the stage SETS - 1 steps back, counted
+    // step by step: S is not a power of two, and v % S, v / S cost a multiply-high chain a step
+    // (ncu, run 188 of CUDA_NOTES: integer work ~30% of the warps' samples)
+    int s = 0, s_back = S - (SETS - 1);
+    uint32_t phase = 0;
     // one 64-block of the reduction: its TERMS steps, the fragments in register set SET
     auto kblock = [&](int kb, auto set) {
         constexpr int SET = decltype(set)::value;
 #pragma unroll
         for (int t = 0; t < TERMS; t++) {
-            int v = kb * TERMS + t, s = v % S;
+            int v = kb * TERMS + t;
             if constexpr (WS) {
-                mbar_wait(&full_bar[s], (uint32_t)(v / S) & 1);
+                mbar_wait(&full_bar[s], phase);
             } else {
                 cp_async_wait<S - 3>();
                 fence_async_smem();
@@ -487,7 +492,9 @@ __global__ void __launch_bounds__(WS ? TC_WS_THREADS : 256, 1) mm_tc_kernel(mm_a
             if (SEP && t > 0) mma_pick<NS>(nsub, acc2, A[SET], bs); // straight-line runs (a branch inside one serializes it)
             else mma_pick<NS>(nsub, acc, A[SET], bs);
             wg_wait<SETS - 1>();
-            if (WS && v >= SETS - 1 && lane == 0) mbar_arrive(&empty_bar[(v - (SETS - 1)) % S]); // that step's products are done
+            if (WS && v >= SETS - 1 && lane == 0) mbar_arrive(&empty_bar[s_back]); // that step's products are done
+            s_back = s_back + 1 == S ? 0 : s_back + 1;
+            if (++s == S) s = 0, phase ^= 1;
         }
     };
     // the copying warpgroup's registers to the product ones (fp8: its copies of the scales need
