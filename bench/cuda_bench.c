@@ -262,13 +262,30 @@ static void decode_point(bench_t *b, const model_t *m, int B, int64_t ctx, int s
     uint32_t *ids = xmalloc((size_t)B * 4);
     float *logits = xmalloc((size_t)B * (size_t)c->vocab_size * 4);
     for (int i = 0; i < B; i++) ids[i] = (uint32_t)((i * 7919 + 13) % c->vocab_size);
-    if (forward_step_batch(sts, ids, B, logits, err, sizeof err)) die("%s", err); /* warm-up: tables, caches */
-    double t0 = now_ms();
-    for (int s = 0; s < steps; s++)
-        if (forward_step_batch(sts, ids, B, logits, err, sizeof err)) die("%s", err);
-    double eager = (now_ms() - t0) / steps;
-    long u0, i0, u1, i1;
-    backend_cuda_graph_counts(bk, &u0, &i0);
+    /* greedy picks on the device, as di-decode's steps: every op launched on its own, then
+     * recorded as graph segments */
+    sampler_params_t greedy = {.temperature = 0, .top_p = 1};
+    uint32_t *tok = xmalloc((size_t)B * 4);
+    bk_pick_t *picks = xcalloc((size_t)B, sizeof *picks);
+    for (int i = 0; i < B; i++) picks[i] = (bk_pick_t){&greedy, ctx + i, NULL, &tok[i], NULL};
+    sampler_t *scratch = sampler_new(c->vocab_size);
+    double launched[2];
+    cuda_graph_counts_t n0, n1, n2;
+    for (int on = 0; on < 2; on++) {
+        backend_cuda_graphs(bk, on);
+        /* warm-up: tables, caches, and the segments of the steps' variants (the compressors' ratios) */
+        for (int s = 0; s < (on ? 8 : 1); s++)
+            if (forward_step_batch_pick(sts, ids, B, picks, scratch, err, sizeof err)) die("%s", err);
+        n0 = backend_cuda_graph_counts(bk);
+        double t0 = now_ms();
+        for (int s = 0; s < steps; s++)
+            if (forward_step_batch_pick(sts, ids, B, picks, scratch, err, sizeof err)) die("%s", err);
+        launched[on] = (now_ms() - t0) / steps;
+    }
+    sampler_free(scratch);
+    free(picks), free(tok);
+    double direct = launched[0], segments = launched[1];
+    n1 = backend_cuda_graph_counts(bk);
     double graph = 0;
     for (int s = 0; s <= steps; s++) { /* the first capture instantiates: not timed */
         double g0 = now_ms();
@@ -278,7 +295,7 @@ static void decode_point(bench_t *b, const model_t *m, int B, int64_t ctx, int s
         if (s) graph += now_ms() - g0;
     }
     graph /= steps;
-    backend_cuda_graph_counts(bk, &u1, &i1);
+    n2 = backend_cuda_graph_counts(bk);
     double replay = backend_cuda_graph_replay(bk, 5);
     double fixed = 0, packed = 0, fp32 = 0, flops = 0;
     for (int L = 0; L < c->n_layers; L++) {
@@ -295,11 +312,14 @@ static void decode_point(bench_t *b, const model_t *m, int B, int64_t ctx, int s
     double wf = head_bytes(&full) + B * full.hidden_size * 2.0, sf = 0;
     for (int L = 0; L < 40; L++) wf += layer_fixed_bytes(&full, L) + touched(&full, B) * expert_bytes(&full), sf += B * layer_state_bytes(&full, L, (double)ctx, 528, 288, 68);
     double floor40 = (wf + sf) / b->ceil.copy_bytes_s * 1e3;
-    printf("| %4d | %6lld | %8.2f | %8.2f | %8.2f | %7.2f GB + %6.2f GB | %7.3f | %5.2fx | %5.2fx | %8.1f | %4.1f |\n", B,
-           (long long)ctx, eager, graph, replay, weights / 1e9, packed / 1e9, floor_ms, graph / floor_ms, replay / floor_ms,
-           floor40 * graph / floor_ms, flops / (replay * 1e-3) / 1e12);
-    printf("       (fp32 state as held: %.2f GB, floor %.3f ms; graphs updated %ld, instantiated %ld; 40-layer floor %.2f ms)\n",
-           fp32 / 1e9, floor_held, u1 - u0, i1 - i0, floor40);
+    printf("| %4d | %6lld | %8.2f | %8.2f | %8.2f | %8.2f | %7.2f GB + %6.2f GB | %7.3f | %5.2fx | %5.2fx | %8.1f | %4.1f |\n", B,
+           (long long)ctx, direct, segments, graph, replay, weights / 1e9, packed / 1e9, floor_ms, segments / floor_ms,
+           replay / floor_ms, floor40 * segments / floor_ms, flops / (replay * 1e-3) / 1e12);
+    printf("       (fp32 state as held: %.2f GB, floor %.3f ms; 40-layer floor %.2f ms; a step in segments: %.1f launches "
+           "reused, %.1f captured, %.1f nodes patched; as one graph: %.1f nodes patched, %ld captures in %d steps)\n",
+           fp32 / 1e9, floor_held, floor40, (double)(n1.reused - n0.reused) / steps, (double)(n1.captured - n0.captured) / steps,
+           (double)(n1.patched_nodes - n0.patched_nodes) / steps, (double)(n2.patched_nodes - n1.patched_nodes) / (steps + 1),
+           n2.captured - n1.captured, steps + 1);
     if (profile) {
         backend_cuda_profile(bk, true);
         for (int s = 0; s < 2; s++)
@@ -469,11 +489,13 @@ int main(int argc, char **argv) {
     printf("\n  %.1f GB of weights on the device, synthesized in %.1f s; Engram tables in page-locked host memory "
            "(%lld rows each, bench-sized)\n\n", weights / 1e9, (now_ms() - t0) / 1e3, m.cfg.n_engram ? (long long)m.cfg.engram_rows[0] : 0LL);
     if (decode) {
-        printf("decode (QAT on, default precision bf16x3; ms per step; eager = host launches, graph = capture + update + run, replay = the captured "
-               "step relaunched: device time alone; floor = bytes / copy bandwidth, weights touched under uniform routing + "
-               "state in the model's packed formats):\n");
-        printf("| batch | context | eager ms | graph ms | replay ms | bytes (weights + state) | floor ms | graph/floor | "
-               "replay/floor | 40-layer ms (projected) | TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("decode (QAT on, default precision bf16x3; ms per step; direct = every op launched by the host, segments = "
+               "recorded and launched as graph segments (what di-decode does), both with greedy picks on the device; graph = "
+               "the step as one graph with its logits downloaded, recorded + patched + run, replay = that graph relaunched: "
+               "device time alone; floor = bytes / copy bandwidth, weights "
+               "touched under uniform routing + state in the model's packed formats):\n");
+        printf("| batch | context | direct ms | segments ms | graph ms | replay ms | bytes (weights + state) | floor ms | "
+               "segments/floor | replay/floor | 40-layer ms (projected) | TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int j = 0; j < nc; j++)
             for (int i = 0; i < nb; i++) decode_point(&b, &m, (int)batches[i], contexts[j], (int)steps, false);
         decode_point(&b, &m, 1, contexts[0], (int)steps, true);

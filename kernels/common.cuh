@@ -33,15 +33,16 @@ static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 extern int k_pdl;    /* kernels/launch.cu */
 extern int k_hopper; /* the prefill kernels' Hopper forms (k_set_hopper_forms) */
 
+// With a recorder set (kernels.h k_recorder) the launch goes to it instead of the stream. The
+// arguments are converted to the kernel's parameter types, as cudaLaunchKernelEx converts them.
 template <typename... P, typename... A>
 static cudaError_t k_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-    cfg.attrs = at, cfg.numAttrs = k_pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+    return [&](P... value) {
+        void *argv[sizeof...(P) + 1] = {(void *)&value...};
+        const size_t sizes[sizeof...(P) + 1] = {sizeof(P)...};
+        k_launch_t l = {(const void *)kernel, grid, block, smem, s, (int)sizeof...(P), argv, sizes};
+        return k_recorder ? k_recorder(&l) : k_launch_now(&l);
+    }(std::forward<A>(args)...);
 }
 
 __device__ __forceinline__ void pdl_wait() {

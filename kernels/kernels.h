@@ -35,6 +35,25 @@ void k_set_pdl(int on);
  * forms before them (every thread copying; attention on mma.sync). */
 void k_set_hopper_forms(int on);
 
+/* One kernel launch as k_launch issues it: the kernel, its shape, its stream and its arguments
+ * (pointers to their values and their sizes, valid during the call). */
+typedef struct {
+    const void *func;
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    int n_args;
+    void **args;
+    const size_t *sizes;
+} k_launch_t;
+/* While set, every k_launch hands its launch to this function instead of enqueueing it (the
+ * backend's recorder, lib/backend_cuda_graph.c, which replays it into a graph or a stream).
+ * Launches not made by k_launch bypass it: the callers of k_pick_ranked (cub's device-wide
+ * sort) and k_matmul_tc8_ok (a check it waits for) keep the recorder out of the way. */
+extern cudaError_t (*k_recorder)(const k_launch_t *l);
+/* Enqueues l as k_launch would (programmatic dependent launch as set), bypassing the recorder. */
+cudaError_t k_launch_now(const k_launch_t *l);
+
 /* ---- matmul (matmul_simt.cu, matmul_tc.cu) -------------------------------------------------------
  * out[p][o] = sum_i x[xrow(p)][i] * W[row0 + o][i] for o < n, over positions p.
  * Dense: positions 0..m-1, xrow(p) = p, weight w.

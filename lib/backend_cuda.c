@@ -1,7 +1,7 @@
 /* CUDA backend: device selection, the caching allocator, tensors, weight binding (device
- * copies in storage format; Engram tables in page-locked host memory), graph capture, per-op
- * profiling and the benchmark's weight synthesis. The ops are in backend_cuda_ops.c and
- * backend_cuda_mm.c. */
+ * copies in storage format; Engram tables in page-locked host memory), per-op profiling and the
+ * benchmark's weight synthesis. The ops are in backend_cuda_ops.c and backend_cuda_mm.c; how
+ * they reach the device (recorded, launched as graphs) in backend_cuda_graph.c. */
 #include "backend_cuda_internal.h"
 #include "util.h"
 
@@ -15,7 +15,6 @@ void cu_check(cudaError_t e, const char *what, const char *file, int line) {
 }
 
 /* ---- caching allocator ------------------------------------------------------------------ */
-#define STAGE_BYTES ((size_t)256 << 20) /* page-locked, allocated by the first capture */
 #define RING_BYTES ((size_t)16 << 20)   /* page-locked, allocated by the first upload */
 
 static size_t round_size(size_t n) { return (n + 511) & ~(size_t)511; }
@@ -40,9 +39,10 @@ void *cu_scratch(cuda_t *c, size_t bytes) {
     } else {
         b->size = size;
         cudaError_t e = cudaMalloc(&b->p, size);
-        if (e != cudaSuccess && !c->capturing) { /* give the cache back and try once more */
+        /* give the cache back and try once more, where what uses it can be waited for */
+        if (e != cudaSuccess && !c->one_graph && (!cu_recording(c) || (!c->in_branch && cu_streams_joined(c)))) {
             (void)cudaGetLastError();
-            CU(cudaStreamSynchronize(c->stream));
+            cu_sync(c);
             free_cached(c);
             e = cudaMalloc(&b->p, size);
         }
@@ -74,7 +74,7 @@ void cu_release_scratch(cuda_t *c, void *p) {
 
 /* ---- profiling -------------------------------------------------------------------------- */
 void cu_prof_begin(cuda_t *c, const char *name) {
-    if (!c->prof) return;
+    if (!c->prof || c->one_graph) return;
     if (c->n_marks == c->cap_marks) {
         size_t cap = c->cap_marks ? 2 * c->cap_marks : 1024;
         c->marks = xrealloc(c->marks, cap * sizeof *c->marks);
@@ -89,7 +89,7 @@ void cu_prof_begin(cuda_t *c, const char *name) {
 }
 
 void cu_prof_end(cuda_t *c) {
-    if (!c->prof) return;
+    if (!c->prof || c->one_graph) return;
     CU(cudaEventRecord(c->marks[c->n_marks++].b, c->stream));
 }
 
@@ -114,6 +114,7 @@ static void prof_collect(cuda_t *c) {
 
 void backend_cuda_profile(backend_t *bk, bool on) {
     cuda_t *c = cu_of(bk);
+    cu_sync(c); /* profiled ops are launched directly, each between its events */
     prof_collect(c);
     c->prof = on;
     /* the profiled steps are also what an external profiler started with its collection off
@@ -144,7 +145,7 @@ static bk_tensor_t cuda_alloc(backend_t *bk, bk_dtype_t dtype, int64_t rows, int
     cuda_t *c = cu_of(bk);
     size_t bytes = (size_t)(rows * cols) * 4;
     void *p = cu_scratch(c, bytes);
-    CU(cudaMemsetAsync(p, 0, bytes ? bytes : 4, c->stream));
+    cu_set_async(c, p, bytes ? bytes : 4, c->stream);
     return (bk_tensor_t){p, dtype, rows, cols, cols};
 }
 
@@ -153,15 +154,8 @@ static void cuda_release(backend_t *bk, bk_tensor_t *t) {
     *t = (bk_tensor_t){0};
 }
 
-static void *stage_take(cuda_t *c, size_t bytes) {
-    size_t off = (c->stage_used + 255) & ~(size_t)255;
-    if (off + bytes > c->stage_cap)
-        die("CUDA backend: transfers inside one graph capture exceed the %zu MiB staging area", c->stage_cap >> 20);
-    c->stage_used = off + bytes;
-    return c->stage + off;
-}
-
-/* bytes of the page-locked ring (the device drained before it wraps). */
+/* bytes of the page-locked ring (what was recorded launched and the device drained before it
+ * wraps). */
 static void *ring_take(cuda_t *c, size_t bytes) {
     if (!c->ring) {
         void *ring;
@@ -170,6 +164,7 @@ static void *ring_take(cuda_t *c, size_t bytes) {
     }
     size_t off = (c->ring_used + 255) & ~(size_t)255;
     if (off + bytes > RING_BYTES) { /* every stream's uploads from the ring done */
+        cu_flush(c);
         CU(cudaDeviceSynchronize());
         off = 0;
     }
@@ -177,35 +172,39 @@ static void *ring_take(cuda_t *c, size_t bytes) {
     return c->ring + off;
 }
 
-/* Page-locked memory holding a copy of host data for an upload enqueued now: the capture's
- * staging area, or the ring outside a capture, so that uploads are asynchronous. Larger
- * uploads copy from the host memory itself. */
-static const void *pinned_copy(cuda_t *c, const void *host, size_t bytes) {
-    void *s = c->capturing ? stage_take(c, bytes) : bytes > RING_BYTES / 4 ? NULL : ring_take(c, bytes);
-    if (!s) return host;
-    memcpy(s, host, bytes);
-    return s;
+/* Host data to dst (device memory): from a page-locked copy (a begin/end region's staging, or
+ * the ring) so that the upload is asynchronous and may be recorded; larger uploads copy from
+ * the host memory itself, directly. */
+static void upload_bytes(cuda_t *c, void *dst, const void *host, size_t bytes) {
+    void *s = c->one_graph ? cu_stage_take(c, bytes) : bytes > RING_BYTES / 4 ? NULL : ring_take(c, bytes);
+    if (s) {
+        memcpy(s, host, bytes);
+        cu_copy_async(c, dst, s, bytes, cudaMemcpyHostToDevice, c->stream);
+        return;
+    }
+    cu_direct_begin(c);
+    CU(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
+    cu_direct_end(c);
 }
 
 void *cu_pinned_room(cuda_t *c, size_t bytes) { return bytes <= RING_BYTES / 4 ? ring_take(c, bytes) : NULL; }
 
 void *cu_upload_table(cuda_t *c, const void *host, size_t bytes) {
     void *d = cu_scratch(c, bytes);
-    if (bytes) CU(cudaMemcpyAsync(d, pinned_copy(c, host, bytes), bytes, cudaMemcpyHostToDevice, c->stream));
+    if (bytes) upload_bytes(c, d, host, bytes);
     return d;
 }
 
-/* Host <-> device in 1-D copies (one per row unless the rows are contiguous): graph replays
- * can update 1-D memcpy nodes in place, not 2-D ones. */
-static void memcpy_rows(cuda_t *c, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows, int64_t cols,
-                        enum cudaMemcpyKind kind) {
+/* Device -> host in 1-D copies (one per row unless the rows are contiguous): graph nodes can
+ * be patched in place as 1-D copies, not 2-D ones. */
+static void download_rows(cuda_t *c, void *dst, const void *src, int64_t lds, int64_t rows, int64_t cols) {
     size_t row = (size_t)cols * 4;
-    if (rows == 1 || (ldd == cols && lds == cols)) {
-        CU(cudaMemcpyAsync(dst, src, row * (size_t)rows, kind, c->stream));
+    if (rows == 1 || lds == cols) {
+        cu_copy_async(c, dst, src, row * (size_t)rows, cudaMemcpyDeviceToHost, c->stream);
         return;
     }
     for (int64_t r = 0; r < rows; r++)
-        CU(cudaMemcpyAsync((char *)dst + (size_t)(r * ldd) * 4, (const char *)src + (size_t)(r * lds) * 4, row, kind, c->stream));
+        cu_copy_async(c, (char *)dst + (size_t)r * row, (const char *)src + (size_t)(r * lds) * 4, row, cudaMemcpyDeviceToHost, c->stream);
 }
 
 static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
@@ -213,9 +212,11 @@ static void cuda_upload(backend_t *bk, bk_tensor_t dst, const void *host) {
     size_t row = (size_t)dst.cols * 4;
     cu_join_all(c);
     if (!dst.rows || !row) return;
-    /* in a capture, the graph copies from page-locked memory that outlives the call */
-    memcpy_rows(c, dst.ptr, dst.ld, pinned_copy(c, host, row * (size_t)dst.rows), dst.cols, dst.rows, dst.cols,
-                cudaMemcpyHostToDevice);
+    if (dst.rows == 1 || dst.ld == dst.cols) {
+        upload_bytes(c, dst.ptr, host, row * (size_t)dst.rows);
+        return;
+    }
+    for (int64_t r = 0; r < dst.rows; r++) upload_bytes(c, (float *)dst.ptr + r * dst.ld, (const char *)host + (size_t)r * row, row);
 }
 
 static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
@@ -223,9 +224,9 @@ static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
     size_t row = (size_t)src.cols * 4;
     cu_join_all(c);
     if (!src.rows || !row) return;
-    if (c->capturing) { /* delivered by backend_cuda_graph_end */
-        uint8_t *s = stage_take(c, row * (size_t)src.rows);
-        memcpy_rows(c, s, src.cols, src.ptr, src.ld, src.rows, src.cols, cudaMemcpyDeviceToHost);
+    if (c->one_graph) { /* delivered by backend_cuda_graph_end */
+        uint8_t *s = cu_stage_take(c, row * (size_t)src.rows);
+        download_rows(c, s, src.ptr, src.ld, src.rows, src.cols);
         if (c->n_pending == c->cap_pending) {
             c->cap_pending = c->cap_pending ? 2 * c->cap_pending : 16;
             c->pending = xrealloc(c->pending, c->cap_pending * sizeof *c->pending);
@@ -233,9 +234,10 @@ static void cuda_download(backend_t *bk, void *host, bk_tensor_t src) {
         c->pending[c->n_pending++] = (cu_pending_t){host, (size_t)(s - c->stage), row * (size_t)src.rows};
         return;
     }
-    memcpy_rows(c, host, src.cols, src.ptr, src.ld, src.rows, src.cols, cudaMemcpyDeviceToHost);
-    CU(cudaStreamSynchronize(c->stream));
-    c->ring_used = 0; /* every upload so far has been done */
+    cu_direct_begin(c); /* into host memory that is not page-locked: not a graph's copy */
+    download_rows(c, host, src.ptr, src.ld, src.rows, src.cols);
+    cu_direct_end(c);
+    cu_sync(c);
 }
 
 static void cuda_copy(backend_t *bk, bk_tensor_t dst, bk_tensor_t src) {
@@ -279,7 +281,7 @@ static void cuda_copy_many(backend_t *bk, const bk_tensor_t *dst, const bk_tenso
 
 void backend_cuda_sync(backend_t *bk) {
     cu_join_all(cu_of(bk));
-    CU(cudaStreamSynchronize(cu_of(bk)->stream));
+    cu_sync(cu_of(bk));
 }
 
 void backend_cuda_memory(backend_t *bk, size_t *live, size_t *cached, size_t *weights) {
@@ -350,6 +352,7 @@ static bk_weight_t *cuda_bind(backend_t *bk, const wmat_t *m) {
 static void cuda_unbind(backend_t *bk, bk_weight_t *w) {
     cuda_t *c = cu_of(bk);
     cu_join_all(c);
+    cu_sync(c); /* nothing recorded may still read it */
     if (w->host) {
         for (int i = 0; i < 2; i++)
             if (w->reg[i]) CU(cudaFreeHost(w->reg[i]));
@@ -384,8 +387,10 @@ bk_weight_t *backend_cuda_random_weight(backend_t *bk, wq_kind_t kind, int64_t r
         w->bytes = db + sb;
         c->bytes_weights += w->bytes;
     }
+    cu_direct_begin(c); /* k_random_weight fills scales with its own copies */
     CU(k_random_weight(d, s, (int)kind, rows, cols, br, bc, amp, seed, c->stream));
     CU(cudaStreamSynchronize(c->stream));
+    cu_direct_end(c);
     w->w.data = d, w->w.scale = s;
     return w;
 }
@@ -395,95 +400,16 @@ void backend_cuda_fill(backend_t *bk, bk_tensor_t t, float lo, float hi, uint64_
     CU(k_fill_uniform(t.ptr, t.ld, t.rows, t.cols, lo, hi, seed, cu_of(bk)->stream));
 }
 
-/* ---- graphs ----------------------------------------------------------------------------- */
-void backend_cuda_graph_begin(backend_t *bk) {
-    cuda_t *c = cu_of(bk);
-    if (c->capturing) die("CUDA backend: graph capture already open");
-    cu_join_all(c); /* a capture may not wait on work enqueued before it */
-    if (!c->stage) {
-        void *stage;
-        CU(cudaHostAlloc(&stage, STAGE_BYTES, cudaHostAllocDefault));
-        c->stage = stage;
-        c->stage_cap = STAGE_BYTES;
-    }
-    c->stage_used = 0;
-    c->n_pending = 0;
-    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
-    c->capturing = true;
-}
-
-void backend_cuda_graph_end(backend_t *bk) {
-    cuda_t *c = cu_of(bk);
-    if (!c->capturing) die("CUDA backend: no graph capture open");
-    cu_join_all(c); /* the other streams' work rejoins the capture */
-    cudaGraph_t g;
-    CU(cudaStreamEndCapture(c->stream, &g));
-    c->capturing = false;
-    /* a graph of the same shape as an earlier step's (same node and edge counts) updates that
-     * step's executable in place; any other is instantiated */
-    size_t nodes = 0, edges = 0;
-    CU(cudaGraphGetNodes(g, NULL, &nodes));
-    CU(cudaGraphGetEdges(g, NULL, NULL, NULL, &edges));
-    uint64_t sig = (uint64_t)nodes << 32 ^ (uint64_t)edges;
-    cudaGraphExec_t use = NULL;
-    for (int i = 0; i < c->n_execs && !use; i++) {
-        cudaGraphExecUpdateResultInfo info;
-        if (c->exec_sig[i] != sig) continue;
-        if (cudaGraphExecUpdate(c->execs[i], g, &info) == cudaSuccess) use = c->execs[i], c->n_updated++;
-        else (void)cudaGetLastError();
-    }
-    if (!use) {
-        CU(cudaGraphInstantiate(&use, g, 0));
-        c->n_instantiated++;
-        int slot, n = (int)DI_ARRAY_LEN(c->execs);
-        if (c->n_execs < n) slot = c->n_execs++;
-        else { /* replace the oldest */
-            slot = c->next_exec;
-            c->next_exec = (slot + 1) % n;
-            CU(cudaGraphExecDestroy(c->execs[slot]));
-        }
-        c->execs[slot] = use;
-        c->exec_sig[slot] = sig;
-    }
-    CU(cudaGraphLaunch(use, c->stream));
-    CU(cudaStreamSynchronize(c->stream));
-    c->ring_used = 0;
-    CU(cudaGraphDestroy(g));
-    c->last = use;
-    for (size_t i = 0; i < c->n_pending; i++) memcpy(c->pending[i].host, c->stage + c->pending[i].off, c->pending[i].bytes);
-    c->n_pending = 0;
-}
-
+/* ---- switches ---------------------------------------------------------------------------- */
 void backend_cuda_precision(backend_t *bk, cuda_precision_t p) { cu_of(bk)->precision = p; }
 
 void backend_cuda_hopper_forms(backend_t *bk, int on) { (void)cu_of(bk), k_set_hopper_forms(on); }
-
-void backend_cuda_graph_counts(backend_t *bk, long *updated, long *instantiated) {
-    cuda_t *c = cu_of(bk);
-    *updated = c->n_updated, *instantiated = c->n_instantiated;
-}
-
-double backend_cuda_graph_replay(backend_t *bk, int n) {
-    cuda_t *c = cu_of(bk);
-    if (!c->last || n <= 0) return 0;
-    cudaEvent_t a, b;
-    CU(cudaEventCreate(&a));
-    CU(cudaEventCreate(&b));
-    CU(cudaEventRecord(a, c->stream));
-    for (int i = 0; i < n; i++) CU(cudaGraphLaunch(c->last, c->stream));
-    CU(cudaEventRecord(b, c->stream));
-    CU(cudaEventSynchronize(b));
-    float ms = 0;
-    CU(cudaEventElapsedTime(&ms, a, b));
-    CU(cudaEventDestroy(a));
-    CU(cudaEventDestroy(b));
-    return ms / n;
-}
 
 /* ---- the backend -------------------------------------------------------------------------- */
 static void cuda_destroy(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     cu_streams_destroy(c);
+    cu_recorder_destroy(c);
     for (size_t i = 0; i < c->live.cap; i++)
         if (c->live.values[i]) {
             cu_block_t *b = c->live.values[i];
@@ -493,7 +419,6 @@ static void cuda_destroy(backend_t *bk) {
     u64map_free(&c->live);
     free_cached(c);
     free(c->free_blocks);
-    for (int i = 0; i < c->n_execs; i++) CU(cudaGraphExecDestroy(c->execs[i]));
     for (size_t i = 0; i < c->cap_marks; i++) {
         CU(cudaEventDestroy(c->marks[i].a));
         CU(cudaEventDestroy(c->marks[i].b));
@@ -543,10 +468,11 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
      * coefficients on a second stream (cu_hc_pre; DI_CUDA_SIDE=0 makes them in the one launch
      * with the site's input), the forward's branches on a third (backend_cuda_streams.c;
      * DI_CUDA_BRANCH=0 runs them in issue order); and the prefill kernels' Hopper forms
-     * (kernels.h k_set_hopper_forms; DI_CUDA_HOPPER=0: the forms before them). */
-    const char *names[] = {"DI_CUDA_PDL", "DI_CUDA_SIDE", "DI_CUDA_BRANCH", "DI_CUDA_HOPPER"};
-    bool on[4];
-    for (int i = 0; i < 4; i++) {
+     * (kernels.h k_set_hopper_forms; DI_CUDA_HOPPER=0: the forms before them); the ops recorded
+     * and launched as graph segments (backend_cuda_graph.c; DI_CUDA_GRAPHS=0 launches each). */
+    const char *names[] = {"DI_CUDA_PDL", "DI_CUDA_SIDE", "DI_CUDA_BRANCH", "DI_CUDA_HOPPER", "DI_CUDA_GRAPHS"};
+    bool on[5];
+    for (int i = 0; i < 5; i++) {
         const char *v = getenv(names[i]);
         if (v && *v && strcmp(v, "0") && strcmp(v, "1")) {
             snprintf(err, errlen, "%s must be 0 or 1, not '%s'", names[i], v);
@@ -572,6 +498,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         return NULL;
     }
     cu_streams_create(c, on[1], on[2]);
+    cu_recorder_init(c, on[4]);
     CU(cudaMalloc((void **)&c->counters, CU_COUNTERS * sizeof *c->counters));
     CU(cudaMemset(c->counters, 0, CU_COUNTERS * sizeof *c->counters));
     backend_t *bk = xcalloc(1, sizeof *bk);

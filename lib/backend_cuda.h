@@ -53,13 +53,20 @@ void backend_cuda_precision(backend_t *bk, cuda_precision_t p);
  * bits either way, attention in plain bf16 the same up to summation order. */
 void backend_cuda_hopper_forms(backend_t *bk, int on);
 
-/* CUDA graphs: the ops enqueued between begin and end are captured into a graph (updated in
- * place when the previous step had the same shape), which end launches and waits for.
+/* CUDA graphs (lib/backend_cuda_graph.c). By default (on unless DI_CUDA_GRAPHS=0 at creation)
+ * the ops are recorded and launched as graph segments, each captured once and then patched
+ * where its arguments change; off, every op is launched on its own. */
+void backend_cuda_graphs(backend_t *bk, bool on);
+/* The ops enqueued between begin and end are one graph, which end launches and waits for.
  * Downloads inside the region land in their host buffers only at end. */
 void backend_cuda_graph_begin(backend_t *bk);
 void backend_cuda_graph_end(backend_t *bk);
-/* Steps whose graph was updated in place, and graphs instantiated anew, so far. */
-void backend_cuda_graph_counts(backend_t *bk, long *updated, long *instantiated);
+/* So far: graph launches that reused an executable (patched in place), executables captured,
+ * and nodes patched. */
+typedef struct {
+    long reused, captured, patched_nodes;
+} cuda_graph_counts_t;
+cuda_graph_counts_t backend_cuda_graph_counts(backend_t *bk);
 /* Launches the last graph again n times and returns the mean milliseconds per launch: the
  * device time of that step without the host's capture work (benchmark only: it re-runs the
  * step, rewriting the same state rows). */

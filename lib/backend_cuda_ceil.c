@@ -105,6 +105,7 @@ static double gemm_rate(cuda_t *c, cublasLtHandle_t lt, cudaDataType_t t, int n)
 
 void backend_cuda_ceilings(backend_t *bk, int gemm_size, cuda_ceilings_t *out) {
     cuda_t *c = cu_of(bk);
+    cu_direct_begin(c); /* timed with events around each call */
     memset(out, 0, sizeof *out);
     struct cudaDeviceProp p;
     CU(cudaGetDeviceProperties(&p, c->device));
@@ -123,4 +124,5 @@ void backend_cuda_ceilings(backend_t *bk, int gemm_size, cuda_ceilings_t *out) {
     out->fp8_flops = gemm_rate(c, lt, CUDA_R_8F_E4M3, gemm_size);
     LT(cublasLtDestroy(lt));
     CU(cudaStreamSynchronize(c->stream));
+    cu_direct_end(c);
 }

@@ -35,6 +35,47 @@ typedef struct {
     long calls;
 } cu_total_t;
 
+/* A recorded op (backend_cuda_graph.c): a kernel launch (its arguments' bytes in the list), a
+ * copy, a zero fill, or an event recorded on / waited for by a stream. */
+typedef enum { CU_OP_KERNEL, CU_OP_COPY, CU_OP_SET, CU_OP_RECORD, CU_OP_WAIT } cu_op_kind_t;
+typedef struct {
+    cu_op_kind_t kind;
+    cudaStream_t stream;
+    const void *func;
+    dim3 grid, block;
+    size_t smem;
+    uint32_t arg0, n_args;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    enum cudaMemcpyKind dir;
+    cudaEvent_t event;
+} cu_op_t;
+
+typedef struct {
+    uint32_t off, size;
+} cu_arg_t;
+
+typedef struct {
+    cu_op_t *ops;
+    size_t n_ops, cap_ops;
+    cu_arg_t *args;
+    size_t n_args, cap_args;
+    uint8_t *bytes;
+    size_t n_bytes, cap_bytes;
+} cu_list_t;
+
+/* A captured segment: its graph, executable, a node per op (NULL for events) and the ops it
+ * last ran, to patch the nodes that change. */
+typedef struct {
+    uint64_t sig, used;
+    int index; /* segments launched before it since the last sync; -1: a begin/end region */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaGraphNode_t *nodes;
+    cu_list_t params;
+} cu_seg_t;
+
 typedef struct {
     const char *name;
     cudaEvent_t a, b;
@@ -58,18 +99,22 @@ typedef struct {
     size_t n_free, cap_free;
     u64map_t live; /* ptr -> cu_block_t* */
     size_t bytes_live, bytes_cached, bytes_weights;
-    /* graph capture */
-    bool capturing;
-    uint8_t *stage; /* page-locked staging for uploads and downloads inside a capture */
+    /* the recorder (backend_cuda_graph.c) */
+    bool graphs;     /* ops recorded and launched as graph segments (DI_CUDA_GRAPHS) */
+    bool one_graph;  /* between backend_cuda_graph_begin and _end: one graph, downloads staged */
+    int direct;      /* > 0: ops go straight to the streams */
+    cu_list_t rec;   /* recorded, not yet launched */
+    cu_seg_t *segs;
+    int n_segs, seg_index;
+    uint64_t tick;
+    cudaGraphExec_t last;
+    long n_updated, n_instantiated, n_patched_nodes;
+    uint8_t *stage; /* page-locked staging for the transfers of a begin/end region */
     size_t stage_cap, stage_used;
-    uint8_t *ring;  /* page-locked staging for uploads outside a capture, reused after a sync */
+    uint8_t *ring;  /* page-locked staging for uploads otherwise, reused after a sync */
     size_t ring_used;
     cu_pending_t *pending;
     size_t n_pending, cap_pending;
-    cudaGraphExec_t execs[4], last;
-    uint64_t exec_sig[4]; /* node and edge counts of the graph each was made from */
-    int n_execs, next_exec;
-    long n_updated, n_instantiated;
     /* profiling */
     bool prof;
     cu_mark_t *marks;
@@ -100,6 +145,27 @@ static inline cuda_t *cu_of(backend_t *bk) { return bk->impl; }
 /* Dies naming the call and the CUDA error. */
 void cu_check(cudaError_t e, const char *what, const char *file, int line);
 #define CU(call) cu_check((call), #call, __FILE__, __LINE__)
+
+/* The recorder (backend_cuda_graph.c). While it records, these enqueue nothing: they append
+ * to the list that the next segment launches. */
+static inline bool cu_recording(const cuda_t *c) { return !c->direct && (c->one_graph || (c->graphs && !c->prof)); }
+void cu_recorder_init(cuda_t *c, bool graphs);
+void cu_recorder_destroy(cuda_t *c);
+void cu_copy_async(cuda_t *c, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s);
+void cu_set_async(cuda_t *c, void *dst, size_t bytes, cudaStream_t s); /* zero fill */
+void cu_event_record(cuda_t *c, cudaEvent_t e, cudaStream_t s);
+void cu_event_wait(cuda_t *c, cudaStream_t s, cudaEvent_t e);
+/* Launches what was recorded (streams joined); outside a begin/end region. */
+void cu_flush(cuda_t *c);
+/* cu_flush, then waits for the main stream (and the page-locked upload ring is free again). */
+void cu_sync(cuda_t *c);
+/* Between begin and end, ops go straight to the streams (what was recorded launched first). */
+void cu_direct_begin(cuda_t *c);
+void cu_direct_end(cuda_t *c);
+/* Room in the begin/end region's page-locked staging. */
+void *cu_stage_take(cuda_t *c, size_t bytes);
+/* Whether the side and branch streams are joined to the main one. */
+bool cu_streams_joined(const cuda_t *c);
 
 /* The main stream waits for the side stream's coefficients (cu_hc_pre): before any op that
  * reads a site's coefficients or writes the streams X (the hc ops, the Engram gate) and before

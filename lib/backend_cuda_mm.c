@@ -221,7 +221,7 @@ static const cu_experts_t *expert_table(cuda_t *c, const bk_expert_t *ex, int n)
         *e = c->expert_tabs[--c->n_expert_tabs];
         break;
     }
-    if (c->capturing) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
+    if (c->one_graph) die("CUDA backend: a layer's first MoE call happened inside a graph capture (run a step outside it first)");
     kw_t *h = xmalloc((size_t)(3 * n) * sizeof *h);
     int inexact = 0; /* one path for the whole table: any expert's inexact scales count for all */
     for (int i = 0; i < 3 * n; i++) {

@@ -137,10 +137,10 @@ void cu_hc_pre(backend_t *bk, bk_tensor_t out, bk_tensor_t coef, bk_tensor_t X, 
         return;
     }
     a.counter = c->side_counter, a.part = K_HC_PRE_MIXES;
-    CU(cudaEventRecord(c->side_fork, c->stream)); /* X is ready */
-    CU(cudaStreamWaitEvent(c->side, c->side_fork, 0));
+    cu_event_record(c, c->side_fork, c->stream); /* X is ready */
+    cu_event_wait(c, c->side, c->side_fork);
     CU(k_hc_pre(&a, c->side));
-    CU(cudaEventRecord(c->side_done, c->side));
+    cu_event_record(c, c->side_done, c->side);
     c->side_pending = true, c->side_partial = a.partial;
     a.part = K_HC_PRE_NORM;
     OP("hc_pre", k_hc_pre(&a, c->stream));

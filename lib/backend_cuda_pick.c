@@ -73,12 +73,14 @@ static void pick_ranked(cuda_t *c, bk_tensor_t logits, rank_row_t *tab, int n, c
     CU(k_pick_ranked(NULL, NULL, 0, V, NULL, (int)most, NULL, NULL, NULL, NULL, &tmp_bytes, c->stream));
     uint64_t *keys = cu_scratch(c, (size_t)(most * V) * sizeof *keys), *sorted = cu_scratch(c, (size_t)(most * V) * sizeof *sorted);
     void *tmp = cu_scratch(c, tmp_bytes);
+    cu_direct_begin(c); /* the sort's library launches its own kernels: nothing of it can be recorded */
     for (int i = 0; i < n; i += RANK_ROWS) {
         int k = n - i < RANK_ROWS ? n - i : RANK_ROWS;
         const rank_row_t *dtab = cu_upload_table(c, tab + i, (size_t)k * sizeof *tab);
         CU(k_pick_ranked(dout, logits.ptr, logits.ld, V, dtab, k, dmasks, keys, sorted, tmp, &tmp_bytes, c->stream));
         cu_release_scratch(c, (void *)dtab);
     }
+    cu_direct_end(c);
     cu_release_scratch(c, keys), cu_release_scratch(c, sorted), cu_release_scratch(c, tmp);
 }
 
@@ -95,17 +97,19 @@ static void logprobs(cuda_t *c, bk_tensor_t logits, const logprob_row_t *lpr, in
  * staging copy): n tokens into got, nl log-probability entries into lps. */
 static void collect(cuda_t *c, const int32_t *dout, int32_t *got, int n, const logprob_out_t *dlp, logprob_out_t *lps, int nl) {
     size_t got_bytes = (size_t)n * sizeof *got, lps_bytes = (size_t)nl * sizeof *lps;
+    cu_direct_begin(c); /* what was recorded runs first */
     uint8_t *room = cu_pinned_room(c, got_bytes + lps_bytes);
     CU(cudaMemcpyAsync(room ? room : (uint8_t *)got, dout, got_bytes, cudaMemcpyDeviceToHost, c->stream));
     if (nl) CU(cudaMemcpyAsync(room ? room + got_bytes : (uint8_t *)lps, dlp, lps_bytes, cudaMemcpyDeviceToHost, c->stream));
-    CU(cudaStreamSynchronize(c->stream));
+    cu_direct_end(c);
+    cu_sync(c);
     if (room) memcpy(got, room, got_bytes), memcpy(lps, room + got_bytes, lps_bytes);
 }
 
 void cu_pick(backend_t *bk, bk_tensor_t logits, const bk_pick_t *rows, int n, sampler_t *scratch) {
     cuda_t *c = cu_of(bk);
     cu_join_all(c);
-    if (c->capturing) die("CUDA backend: pick inside a graph capture (the tokens are needed at once)");
+    if (c->one_graph) die("CUDA backend: pick inside a graph capture (the tokens are needed at once)");
     if (n <= 0) return;
     int64_t V = logits.cols, words = (V + 31) / 32;
     pick_row_t *walk = xmalloc((size_t)n * sizeof *walk);

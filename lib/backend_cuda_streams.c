@@ -17,6 +17,8 @@
 /* Whether a stream other than the main one may still read or write memory the main one releases. */
 static bool others_busy(const cuda_t *c) { return c->side_pending || c->branch_open || c->in_branch; }
 
+bool cu_streams_joined(const cuda_t *c) { return !others_busy(c); }
+
 static void release_held(cuda_t *c) {
     if (others_busy(c)) return;
     for (size_t i = 0; i < c->n_held; i++) cu_release_scratch(c, c->held[i]);
@@ -38,7 +40,7 @@ void cu_release_later(cuda_t *c, void *p) {
 void cu_join_side(cuda_t *c) {
     if (!c->side_pending) return;
     if (c->in_branch) die("CUDA backend: an op inside a branch needs the mHC coefficients (only row ops may branch)");
-    CU(cudaStreamWaitEvent(c->stream, c->side_done, 0));
+    cu_event_wait(c, c->stream, c->side_done);
     c->side_pending = false;
     cu_release_scratch(c, c->side_partial);
     c->side_partial = NULL;
@@ -48,7 +50,7 @@ void cu_join_side(cuda_t *c) {
 void cu_join_branch(cuda_t *c) {
     if (c->in_branch) die("CUDA backend: an op that joins the branch was issued inside it");
     if (!c->branch_open) return;
-    if (c->branch_on) CU(cudaStreamWaitEvent(c->stream, c->branch_done, 0));
+    if (c->branch_on) cu_event_wait(c, c->stream, c->branch_done);
     c->branch_open = false;
     release_held(c);
 }
@@ -70,8 +72,8 @@ void cu_branch_begin(backend_t *bk) {
     if (c->in_branch || c->branch_open) die("CUDA backend: branch_begin before the last branch was joined");
     c->in_branch = true;
     if (!c->branch_on) return;
-    CU(cudaEventRecord(c->branch_fork, c->stream));
-    CU(cudaStreamWaitEvent(c->branch, c->branch_fork, 0));
+    cu_event_record(c, c->branch_fork, c->stream);
+    cu_event_wait(c, c->branch, c->branch_fork);
     c->main_stream = c->stream, c->stream = c->branch;
     swap_counters(c);
 }
@@ -81,7 +83,7 @@ void cu_branch_end(backend_t *bk) {
     if (!c->in_branch) die("CUDA backend: branch_end without branch_begin");
     c->in_branch = false, c->branch_open = true;
     if (!c->branch_on) return;
-    CU(cudaEventRecord(c->branch_done, c->stream));
+    cu_event_record(c, c->branch_done, c->stream);
     c->stream = c->main_stream;
     swap_counters(c);
 }
@@ -102,7 +104,7 @@ void cu_streams_create(cuda_t *c, bool side_on, bool branch_on) {
 
 void cu_streams_destroy(cuda_t *c) {
     cu_join_all(c);
-    CU(cudaStreamSynchronize(c->stream));
+    cu_sync(c);
     cudaStream_t st[] = {c->stream, c->side, c->branch};
     for (size_t i = 0; i < DI_ARRAY_LEN(st); i++) CU(cudaStreamDestroy(st[i]));
     cudaEvent_t ev[] = {c->side_fork, c->side_done, c->branch_fork, c->branch_done};

@@ -14,11 +14,10 @@ static _Noreturn void no_cuda(void) { die("this build has no CUDA backend"); }
 
 void backend_cuda_precision(backend_t *bk, cuda_precision_t p) { (void)bk, (void)p, no_cuda(); }
 void backend_cuda_hopper_forms(backend_t *bk, int on) { (void)bk, (void)on, no_cuda(); }
+void backend_cuda_graphs(backend_t *bk, bool on) { (void)bk, (void)on, no_cuda(); }
 void backend_cuda_graph_begin(backend_t *bk) { (void)bk, no_cuda(); }
 void backend_cuda_graph_end(backend_t *bk) { (void)bk, no_cuda(); }
-void backend_cuda_graph_counts(backend_t *bk, long *updated, long *instantiated) {
-    (void)bk, (void)updated, (void)instantiated, no_cuda();
-}
+cuda_graph_counts_t backend_cuda_graph_counts(backend_t *bk) { (void)bk, no_cuda(); }
 double backend_cuda_graph_replay(backend_t *bk, int n) { (void)bk, (void)n, no_cuda(); }
 void backend_cuda_ceilings(backend_t *bk, int gemm_size, cuda_ceilings_t *out) { (void)bk, (void)gemm_size, (void)out, no_cuda(); }
 void backend_cuda_profile(backend_t *bk, bool on) { (void)bk, (void)on, no_cuda(); }
