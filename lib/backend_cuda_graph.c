@@ -10,7 +10,8 @@
  * changed (positions, ring slots, scratch addresses), which costs the host ~1 us a changed node
  * against ~5 us a launch. So a decode step runs as a few graphs whose host work overlaps the
  * device's: the first segment is short to start the device early, the host records the rest
- * while it runs.
+ * while it runs. (Run 193 of docs/CUDA_NOTES.md: 8 then 96 ops; one segment after the first
+ * was slower, 1.94 against 1.83 ms at batch 1, as were 200-op segments.)
  *
  * backend_cuda_graph_begin/end record a whole region as one graph (the benchmark's captured
  * step; its downloads land at end). DI_CUDA_GRAPHS=0 at creation launches every op directly. */
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SEG_FIRST 24    /* ops before the first segment of a step may launch */
+#define SEG_FIRST 8     /* ops before the first segment of a step may launch */
 #define SEG_OPS 96      /* ops before a later one may */
 #define SEG_CACHE 256   /* executables kept */
 #define ONE_GRAPH (-1)  /* the segment index of a begin/end region */
