@@ -172,19 +172,44 @@ static void *ring_take(cuda_t *c, size_t bytes) {
     return c->ring + off;
 }
 
-/* Host data to dst (device memory): from a page-locked copy (a begin/end region's staging, or
- * the ring) so that the upload is asynchronous and may be recorded; larger uploads copy from
- * the host memory itself, directly. */
+/* bytes of the spill area: where a recorded upload goes when the ring cannot take it (too
+ * large, or full where the recorded ops cannot be launched yet: inside a branch). Outgrown
+ * blocks are kept until the next sync (cu_sync frees them). */
+static void *spill_take(cuda_t *c, size_t bytes) {
+    size_t off = (c->spill_used + 255) & ~(size_t)255;
+    if (off + bytes > c->spill_cap) {
+        if (c->spill) {
+            c->retired = xrealloc(c->retired, (c->n_retired + 1) * sizeof *c->retired);
+            c->retired[c->n_retired++] = c->spill;
+        }
+        c->spill_cap = bytes > 2 * c->spill_cap ? bytes : 2 * c->spill_cap;
+        void *p;
+        CU(cudaHostAlloc(&p, c->spill_cap, cudaHostAllocDefault));
+        c->spill = p, off = 0;
+    }
+    c->spill_used = off + bytes;
+    return c->spill + off;
+}
+
+void cu_spill_reset(cuda_t *c) {
+    for (size_t i = 0; i < c->n_retired; i++) CU(cudaFreeHost(c->retired[i]));
+    c->n_retired = 0, c->spill_used = 0;
+}
+
+/* Host data to dst (device memory) from a page-locked copy, so that the upload is
+ * asynchronous and may be recorded: a begin/end region's staging, the ring, or when recording
+ * and the ring cannot take it the spill area. Otherwise larger uploads copy from the host
+ * memory itself. */
 static void upload_bytes(cuda_t *c, void *dst, const void *host, size_t bytes) {
-    void *s = c->one_graph ? cu_stage_take(c, bytes) : bytes > RING_BYTES / 4 ? NULL : ring_take(c, bytes);
-    if (s) {
-        memcpy(s, host, bytes);
-        cu_copy_async(c, dst, s, bytes, cudaMemcpyHostToDevice, c->stream);
+    bool ring_ok = bytes <= RING_BYTES / 4 &&
+                   (!cu_recording(c) || (!c->in_branch && cu_streams_joined(c)) || c->ring_used + bytes + 255 <= RING_BYTES);
+    void *s = c->one_graph ? cu_stage_take(c, bytes) : ring_ok ? ring_take(c, bytes) : cu_recording(c) ? spill_take(c, bytes) : NULL;
+    if (!s) {
+        CU(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
         return;
     }
-    cu_direct_begin(c);
-    CU(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
-    cu_direct_end(c);
+    memcpy(s, host, bytes);
+    cu_copy_async(c, dst, s, bytes, cudaMemcpyHostToDevice, c->stream);
 }
 
 void *cu_pinned_room(cuda_t *c, size_t bytes) { return bytes <= RING_BYTES / 4 ? ring_take(c, bytes) : NULL; }
@@ -432,6 +457,9 @@ static void cuda_destroy(backend_t *bk) {
     free(c->pending);
     if (c->stage) CU(cudaFreeHost(c->stage));
     if (c->ring) CU(cudaFreeHost(c->ring));
+    cu_spill_reset(c);
+    if (c->spill) CU(cudaFreeHost(c->spill));
+    free(c->retired);
     CU(cudaFree(c->counters));
     free(c);
     free(bk);

@@ -265,13 +265,16 @@ void cu_flush(cuda_t *c) {
 }
 
 void cu_sync(cuda_t *c) {
+    cu_join_all(c);
     cu_flush(c);
     CU(cudaStreamSynchronize(c->stream));
     c->seg_index = 0;
     c->ring_used = 0; /* every upload so far has been done */
+    cu_spill_reset(c);
 }
 
 void cu_direct_begin(cuda_t *c) {
+    cu_join_all(c);
     cu_flush(c);
     c->direct++;
 }

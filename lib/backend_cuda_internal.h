@@ -113,6 +113,10 @@ typedef struct {
     size_t stage_cap, stage_used;
     uint8_t *ring;  /* page-locked staging for uploads otherwise, reused after a sync */
     size_t ring_used;
+    uint8_t *spill; /* page-locked staging for recorded uploads the ring cannot take, reused after a sync */
+    size_t spill_cap, spill_used;
+    void **retired; /* spill blocks outgrown since the last sync */
+    size_t n_retired, cap_retired;
     cu_pending_t *pending;
     size_t n_pending, cap_pending;
     /* profiling */
@@ -157,11 +161,15 @@ void cu_event_record(cuda_t *c, cudaEvent_t e, cudaStream_t s);
 void cu_event_wait(cuda_t *c, cudaStream_t s, cudaEvent_t e);
 /* Launches what was recorded (streams joined); outside a begin/end region. */
 void cu_flush(cuda_t *c);
-/* cu_flush, then waits for the main stream (and the page-locked upload ring is free again). */
+/* The other streams joined, cu_flush, then waits for the main stream (and the page-locked
+ * upload staging is free again). */
 void cu_sync(cuda_t *c);
-/* Between begin and end, ops go straight to the streams (what was recorded launched first). */
+/* Between begin and end, ops go straight to the streams (the other streams joined and what
+ * was recorded launched first). */
 void cu_direct_begin(cuda_t *c);
 void cu_direct_end(cuda_t *c);
+/* After a sync: the spill blocks outgrown since the last one freed, the area empty again. */
+void cu_spill_reset(cuda_t *c);
 /* Room in the begin/end region's page-locked staging. */
 void *cu_stage_take(cuda_t *c, size_t bytes);
 /* Whether the side and branch streams are joined to the main one. */
