@@ -24,6 +24,13 @@ typedef struct {
     size_t size;
 } cu_block_t;
 
+/* The caching allocator's free blocks of one size, a stack. */
+typedef struct {
+    size_t size;
+    void **p;
+    size_t n, cap;
+} cu_bin_t;
+
 typedef struct {
     void *host;
     size_t off, bytes;
@@ -95,8 +102,8 @@ typedef struct {
     cudaStream_t stream;
     unsigned *counters; /* split-K tile counters, CU_COUNTERS, zero between launches */
     /* caching allocator */
-    cu_block_t *free_blocks;
-    size_t n_free, cap_free;
+    cu_bin_t *bins; /* by ascending size, none empty */
+    size_t n_bins, cap_bins;
     u64map_t live; /* ptr -> cu_block_t* */
     size_t bytes_live, bytes_cached, bytes_weights;
     /* the recorder (backend_cuda_graph.c) */
