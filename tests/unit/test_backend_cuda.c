@@ -775,19 +775,21 @@ static double cut_of(const double *v, int n, int k, double *tol) {
  * the cut. */
 static bool row_agrees(const int32_t *g, const int32_t *c, int K, const int32_t *gb, const int32_t *cb, int KB, int bs,
                        const double *sc, int nvis, double tie) {
-    double tol, btol, bsc[1024];
+    double tol, btol;
     double cut = cut_of(sc, nvis, K, &tol);
     if (!same_selection(g, c, K, sc, cut, tol * tie / 1e-5)) return false;
     if (!gb) return true;
     int nb = (nvis + bs - 1) / bs;
-    if (nb > 1024) die("row_agrees: %d blocks", nb);
+    double *bsc = xmalloc((size_t)(nb + 1) * sizeof *bsc);
     for (int b = 0; b < nb; b++) {
         bsc[b] = -INFINITY;
         for (int j = b * bs; j < nvis && j < (b + 1) * bs; j++) bsc[b] = fmax(bsc[b], sc[j]);
     }
     if (nb) bsc[nb - 1] = INFINITY;
     double bcut = cut_of(bsc, nb, KB, &btol);
-    return same_selection(gb, cb, KB, bsc, bcut, btol * tie / 1e-5);
+    bool same = same_selection(gb, cb, KB, bsc, bcut, btol * tie / 1e-5);
+    free(bsc);
+    return same;
 }
 
 /* GPU selections (sel, candidate blocks, restricted by the CPU's blocks) against the CPU's,
@@ -855,6 +857,9 @@ static void test_indexer(void) {
     indexer_case(3, 32, 6000, 512, 64, 64, 1, 5990, 1);   /* 16 keys a thread in registers */
     indexer_case(3, 32, 20000, 512, 64, 64, 1, 19990, 1); /* a row's keys in shared memory */
     indexer_case(3, 32, 40000, 512, 64, 64, 1, 39990, 1); /* a row longer than the top-k keeps in shared memory */
+    indexer_case(3, 32, 40000, 512, 64, 8, 2, 39990, 1);  /* 5,000 candidate blocks: level 1 in a cluster too */
+    indexer_case(3, 32, 300000, 512, 64, 64, 1, 299990, 1); /* a cluster's slices longer than shared memory keeps */
+    indexer_case(3, 32, 5000, 50, 10, 8, 6, 0, 1);        /* rows of 1-6 entries in a cluster: empty slices */
     indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
     /* tensor cores (32 rows or more): rows past the last tile, part tiles, several rows a block */
     indexer_case_at(32, 128, 3000, 512, 64, 8, 40, 2950, 1, false); /* V4.1 shapes */
