@@ -244,7 +244,10 @@ template <int R, bool CLUSTER>
 static cudaError_t topk_launch(const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k, float *sc,
                                int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks, int block_size,
                                int mask_words, int key_cap) {
-    auto kernel = CLUSTER ? topk_cluster_kernel<R> : topk_kernel<R>;
+    auto kernel = [] {
+        if constexpr (CLUSTER) return topk_cluster_kernel<R>;
+        else return topk_kernel<R>;
+    }();
     static bool raised;
     if (!raised) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (TK_MASK_WORDS + TK_KEYS) * 4);
@@ -255,19 +258,28 @@ static cudaError_t topk_launch(const ix_args_t *a, size_t smem, cudaStream_t s, 
                     blocks, ldb, nblocks, block_size, mask_words, key_cap);
 }
 
-// The fewest keys a thread that fit a block's longest slice in registers (up to 16), else 0.
+// The fewest keys a thread that fit a block's longest slice in registers (up to 16), else 0:
+// one block a row takes rows of at most TK_CLUSTER_MIN entries (up to 8 keys a thread), a
+// cluster's blocks slices of more than TK_CLUSTER_MIN / TK_CLUSTER (2 keys a thread or more).
 template <bool CLUSTER>
 static cudaError_t topk_pick(int64_t slice, const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k,
                              float *sc, int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks,
                              int block_size, int mask_words, int key_cap) {
 #define TK_ARGS a, smem, s, out, ldo, k, sc, lds, block, blocks, ldb, nblocks, block_size, mask_words, key_cap
     const int64_t T = TK_THREADS;
-    if (slice <= T) return topk_launch<1, CLUSTER>(TK_ARGS);
-    if (slice <= 2 * T) return topk_launch<2, CLUSTER>(TK_ARGS);
-    if (slice <= 4 * T) return topk_launch<4, CLUSTER>(TK_ARGS);
-    if (slice <= 8 * T) return topk_launch<8, CLUSTER>(TK_ARGS);
-    if (slice <= 16 * T) return topk_launch<16, CLUSTER>(TK_ARGS);
-    return topk_launch<0, CLUSTER>(TK_ARGS);
+    static_assert(TK_CLUSTER_MIN <= 8 * TK_THREADS && TK_CLUSTER_MIN / TK_CLUSTER >= TK_THREADS, "the R lists below");
+    if constexpr (!CLUSTER) {
+        if (slice <= T) return topk_launch<1, false>(TK_ARGS);
+        if (slice <= 2 * T) return topk_launch<2, false>(TK_ARGS);
+        if (slice <= 4 * T) return topk_launch<4, false>(TK_ARGS);
+        return topk_launch<8, false>(TK_ARGS);
+    } else {
+        if (slice <= 2 * T) return topk_launch<2, true>(TK_ARGS);
+        if (slice <= 4 * T) return topk_launch<4, true>(TK_ARGS);
+        if (slice <= 8 * T) return topk_launch<8, true>(TK_ARGS);
+        if (slice <= 16 * T) return topk_launch<16, true>(TK_ARGS);
+        return topk_launch<0, true>(TK_ARGS);
+    }
 #undef TK_ARGS
 }
 

@@ -854,10 +854,12 @@ static void test_indexer(void) {
     indexer_case(32, 128, 3000, 512, 64, 8, 1, 2990, 1);  /* one query row (decode): 16-key tiles */
     indexer_case(32, 128, 600, 512, 64, 8, 1, 590, 1);    /* 8-key tiles */
     indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
-    indexer_case(3, 32, 6000, 512, 64, 64, 1, 5990, 1);   /* 16 keys a thread in registers */
-    indexer_case(3, 32, 20000, 512, 64, 64, 1, 19990, 1); /* a row's keys in shared memory */
-    indexer_case(3, 32, 40000, 512, 64, 64, 1, 39990, 1); /* a row longer than the top-k keeps in shared memory */
+    indexer_case(3, 32, 4000, 512, 64, 64, 1, 3990, 1);   /* one block a row: 8 keys a thread in registers */
+    indexer_case(3, 32, 6000, 512, 64, 64, 1, 5990, 1);   /* a cluster a row: 2 keys a thread */
+    indexer_case(3, 32, 20000, 512, 64, 64, 1, 19990, 1); /* 8 keys a thread */
+    indexer_case(3, 32, 40000, 512, 64, 64, 1, 39990, 1); /* 16 keys a thread */
     indexer_case(3, 32, 40000, 512, 64, 8, 2, 39990, 1);  /* 5,000 candidate blocks: level 1 in a cluster too */
+    indexer_case(3, 32, 100000, 512, 64, 64, 1, 99990, 1); /* a cluster's slices in shared memory */
     indexer_case(3, 32, 300000, 512, 64, 64, 1, 299990, 1); /* a cluster's slices longer than shared memory keeps */
     indexer_case(3, 32, 5000, 50, 10, 8, 6, 0, 1);        /* rows of 1-6 entries in a cluster: empty slices */
     indexer_case(16, 64, 100, 400, 20, 8, 4, 50, 1);      /* fewer visible than K */
