@@ -215,6 +215,28 @@ static void ring_write(copies_t *cp, seq_layer_t *sl, bk_tensor_t kv, int64_t P0
     }
 }
 
+/* Whether piece i's window row can go into its ring before the attention reads the ring: one row
+ * at position P overwrites position P - window, which none of this layer's queries reads, unless
+ * the sequence's head piece is in the layer too (its last query reads that position). Written
+ * early, on the branch beside the query, the copy leaves the chain from the attention to wo_a. */
+static bool ring_write_early(const fwd_t *f, int i, int64_t k0) {
+    const fwd_piece_t *p = &f->pieces[i];
+    if (p->n != 1) return false;
+    for (int h = 0; h < wave_cut(f, k0); h++) /* the head pieces, in the layer only at k0 = 0 */
+        if (h != i && f->pieces[h].st == p->st) return false;
+    return true;
+}
+
+/* The window rows of the active pieces that ring_write_early allows (early) or the others. */
+static void ring_writes(fwd_t *f, int L, int64_t k0, int a, int b, bool early, copies_t *cp) {
+    for (int i = a; i < b; i++) {
+        const fwd_piece_t *p = &f->pieces[i];
+        if (fwd_piece_active(p, k0) && ring_write_early(f, i, k0) == early)
+            ring_write(cp, &p->st->layers[L], bk_rows(f->kv, p->r0, p->n), p->p0);
+    }
+    copies_run(f->bk, cp);
+}
+
 /* RoPE over the rows of every active piece, at the piece's positions. */
 static void rope_pieces(fwd_t *f, int64_t k0, bk_tensor_t t, bk_tensor_t table) {
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
@@ -224,7 +246,7 @@ static void rope_pieces(fwd_t *f, int64_t k0, bk_tensor_t t, bk_tensor_t table) 
 }
 
 /* Sparse attention of one wave of pieces in one call (its output turned back from RoPE's frame),
- * then their window writes. */
+ * then their window writes (those not written early). */
 static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *spans, copies_t *cp) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
@@ -243,14 +265,9 @@ static void attend_wave(fwd_t *f, int L, int64_t k0, int a, int b, bk_span_t *sp
     if (!ns) return;
     bk->attention_spans(bk, f->o, f->q, w->attn.sink, (float)pow((double)c->head_dim, -0.5), f->kv, c->sliding_window, spans, ns,
                         s->ratio ? &f->sel[s->topk_source] : NULL, &f->m->inv_freq[s->rope]);
-    for (int i = a; i < b; i++) {
-        const fwd_piece_t *p = &f->pieces[i];
-        if (!fwd_piece_active(p, k0)) continue;
-        seq_layer_t *sl = &p->st->layers[L];
-        ring_write(cp, sl, bk_rows(f->kv, p->r0, p->n), p->p0);
-        sl->win_end = p->p0 + p->n;
-    }
-    copies_run(bk, cp);
+    ring_writes(f, L, k0, a, b, false, cp);
+    for (int i = a; i < b; i++)
+        if (fwd_piece_active(&f->pieces[i], k0)) f->pieces[i].st->layers[L].win_end = f->pieces[i].p0 + f->pieces[i].n;
 }
 
 void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
@@ -264,11 +281,13 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     bk_tensor_t xin = bk_rows(f->xin, k0, m), cq = bk_rows(f->cq, k0, m), q = bk_rows(f->q, k0, m);
     bk_tensor_t kv = bk_rows(f->kv, k0, m), u = bk_rows(f->u, k0, m);
 
+    copies_t cp = {0};
     bk->branch_begin(bk); /* the window KV and the compressor alongside the query */
     bk->matmul(bk, kv, xin, w->attn.wkv, 0);
     bk->rmsnorm(bk, kv, kv, &w->attn.kv_norm, eps);
     rope_pieces(f, k0, f->kv, table);
     fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
+    ring_writes(f, L, k0, 0, f->n_pieces, true, &cp);
     if (s->ratio && s->has_compressor) compress(f, L, k0);
     bk->branch_end(bk);
     for (int i = 0; s->ratio && s->has_compressor && i < f->n_pieces; i++) /* the new pages' addresses, for the ops */
@@ -280,7 +299,6 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     if (s->ratio && s->has_indexer) indexer(f, L, k0); /* joins the branch before reading keys */
     bk->branch_join(bk);
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
-    copies_t cp = {0};
     int cut = wave_cut(f, k0);
     attend_wave(f, L, k0, 0, cut, spans, &cp);
     attend_wave(f, L, k0, cut, f->n_pieces, spans, &cp);
