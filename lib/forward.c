@@ -55,12 +55,12 @@ static void chunk_layout(fwd_t *f, carver_t *cv) {
 #undef A
     f->ridx = carve(cv, BK_I32, n, c->n_experts_per_tok);
     f->ids = carve(cv, BK_I32, n, 1);
-    int64_t R = (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
-    if (c->n_engram) f->erows = carve(cv, BK_I32, n, c->n_engram * R); /* right after the ids: one upload may take both */
     f->cand = carve(cv, BK_I32, n, c->candidate_topk_blocks);
     for (int L = 0; L < c->n_layers; L++)
         if (c->layers[L].has_indexer) f->sel[L] = carve(cv, BK_I32, n, c->index_topk);
     if (c->n_engram) {
+        int64_t R = (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
+        f->erows = carve(cv, BK_I32, n, c->n_engram * R);
         f->eR = carve(cv, BK_F32, n, R * c->engram_head_dim);
         f->ekv = carve(cv, BK_F32, n, (hc + 1) * D);
     }
@@ -88,18 +88,22 @@ typedef struct {
 
 static int64_t row_of(const seq_rows_t *r, int64_t k) { return k < r->head ? r->hr + k : r->tr + k - r->head; }
 
-/* Chunks of at most this many rows (decode steps) hash their Engram rows before the first
- * launch and upload them with the token ids in one copy: their hashes take microseconds, while
- * a second copy in the middle of a step held the device ~15 us (a graph's copy node,
- * docs/CUDA_NOTES.md run 206). Longer chunks hash once the blocks before the first Engram layer
- * are issued, so that the device runs those meanwhile. */
-#define ENGRAM_EARLY_ROWS 256
+/* The token ids of every batch row, uploaded for the embedding's gather. */
+static void upload_ids(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
+    int32_t *tok = xmalloc((size_t)f->n * 4);
+    for (int i = 0; i < n_seqs; i++)
+        for (int64_t k = 0; k < seqs[i].n; k++) tok[row_of(&rows_of[i], k)] = (int32_t)seqs[i].ids[k];
+    f->bk->upload(f->bk, f->ids, tok);
+    free(tok);
+}
 
-/* The Engram rows of every batch row into rows (erows' layout). */
-static void hash_engram_rows(const fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of, int32_t *rows) {
+/* The Engram rows of every batch row, uploaded. Hashing is host integer work on every token,
+ * so the forward calls this once the blocks before the first Engram layer are issued: on an
+ * asynchronous backend the device runs them meanwhile instead of waiting for the hashes. */
+static void upload_engram_rows(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
     const engram_hash_t *h = &f->m->engram;
     int R = h->n_orders * h->n_heads;
-    int32_t ctx[MC_MAX_NGRAM];
+    int32_t *rows = xmalloc((size_t)(f->n * h->n_layers * R) * 4), ctx[MC_MAX_NGRAM];
     for (int i = 0; i < n_seqs; i++) {
         const uint32_t *ids = seqs[i].ids;
         for (int64_t k = 0; k < seqs[i].n; k++) {
@@ -109,28 +113,6 @@ static void hash_engram_rows(const fwd_t *f, const fwd_seq_t *seqs, int n_seqs, 
             for (int e = 0; e < h->n_layers; e++) engram_rows(h, e, ctx, rows + (row * h->n_layers + e) * R);
         }
     }
-}
-
-/* The token ids of every batch row for the embedding's gather, uploaded with the Engram rows
- * for a short chunk (one copy over both tensors, which sit side by side); returns whether the
- * Engram rows went too. */
-static bool upload_ids(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
-    bool with_rows = f->c->n_engram && f->n <= ENGRAM_EARLY_ROWS;
-    int64_t at = 0, len = f->n; /* elements from the ids' start: the ids, then (with_rows) up to the rows' end */
-    if (with_rows) at = ((char *)f->erows.ptr - (char *)f->ids.ptr) / 4, len = at + f->erows.rows * f->erows.cols;
-    int32_t *tok = xcalloc((size_t)len, 4);
-    for (int i = 0; i < n_seqs; i++)
-        for (int64_t k = 0; k < seqs[i].n; k++) tok[row_of(&rows_of[i], k)] = (int32_t)seqs[i].ids[k];
-    if (with_rows) hash_engram_rows(f, seqs, n_seqs, rows_of, tok + at);
-    f->bk->upload(f->bk, (bk_tensor_t){f->ids.ptr, BK_I32, 1, len, len}, tok);
-    free(tok);
-    return with_rows;
-}
-
-/* The Engram rows of every batch row, hashed and uploaded on their own (a long chunk). */
-static void upload_engram_rows(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
-    int32_t *rows = xmalloc((size_t)(f->erows.rows * f->erows.cols) * 4);
-    hash_engram_rows(f, seqs, n_seqs, rows_of, rows);
     f->bk->upload(f->bk, f->erows, rows);
     free(rows);
 }
@@ -266,9 +248,10 @@ int forward_batch_pick(fwd_seq_t *seqs, int n_seqs, sampler_t *scratch, char *er
     fwd_t f = {.m = m, .c = c, .bk = m->bk, .n = n, .pieces = pieces, .n_pieces = np, .k0 = k0};
     backend_t *bk = f.bk;
     chunk_alloc(&f);
-    bool engram_rows_uploaded = upload_ids(&f, seqs, n_seqs, rows);
+    upload_ids(&f, seqs, n_seqs, rows);
     bk->gather(bk, f.xc, m->embed, f.ids);
     bk->hc_fill(bk, f.X, bk_cols(f.coefF, 0, c->hc_mult), f.xc, c->hc_mult); /* block 0 reads stream 0 */
+    bool engram_rows_uploaded = false;
     for (int L = 0; L < c->n_layers; L++) {
         int64_t from = L <= c->first_decoder_layer ? 0 : k0;
         if (from >= n) continue;
