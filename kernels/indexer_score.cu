@@ -7,10 +7,11 @@
 // heads 16w + lane / 8 + 4j), so that a 16-byte shared read feeds several products: with one
 // product a read (the form before) the shared-memory reads bound the kernel. Long rows take 4
 // keys a thread; short ones fewer, so that their blocks still give every SM a block (a short
-// row waits for one block's chain of loads and products). With 16-byte reads a dot keeps four partial sums (columns c = u mod 4) added as
-// (0 + 1) + (2 + 3), otherwise one in column order; then a thread per key adds its heads' terms
-// in head order, so a score's bits do not depend on the tiling or the batch. With a row table,
-// one launch serves the rows of many sequences (each row its own keys and position).
+// row waits for one block's chain of loads and products). With 16-byte reads a dot keeps four
+// partial sums (columns c = u mod 4) added as (0 + 1) + (2 + 3), otherwise one in column order;
+// then a thread per key adds its heads' terms in head order, so a score's bits do not depend on
+// the tiling or the batch. With a row table, one launch serves the rows of many sequences (each
+// row its own keys and position).
 #include "common.cuh"
 
 #define IX_MAX_HEADS 128 // two warps per 16 heads: 256 threads a key group
