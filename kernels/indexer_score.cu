@@ -14,7 +14,7 @@
 // row its own keys and position).
 #include "common.cuh"
 
-#define IX_MAX_HEADS 128 // two warps per 16 heads: 256 threads a key group
+// K_IX_MAX_HEADS (kernels.h): two warps per 16 heads, 256 threads a key group.
 
 __host__ __device__ static int ix_padded_heads(int heads) { return (heads + 15) & ~15; }
 
@@ -23,7 +23,7 @@ __host__ __device__ static int ix_padded_heads(int heads) { return (heads + 15) 
 __host__ __device__ static int ix_ld(int di, int vec) { return vec ? di + 4 : di + 1; }
 
 // Key groups a block: as many as keep it within 256 threads.
-__host__ __device__ static int ix_key_groups(int heads) { return IX_MAX_HEADS / ix_padded_heads(heads); }
+__host__ __device__ static int ix_key_groups(int heads) { return K_IX_MAX_HEADS / ix_padded_heads(heads); }
 
 // Row pointers (keys, then heads), a key tile and the query after it (the first tile's keys
 // and the query are loaded together), the terms [key][head], the head weights.
@@ -69,7 +69,7 @@ __device__ __forceinline__ void ix_dots(float out[KPT][4], const float *ks, cons
 
 // (At most 128 registers a thread: none spill at 4 keys a thread.)
 template <int KPT>
-__global__ void __launch_bounds__(2 * IX_MAX_HEADS, 2) indexer_score_kernel(ix_args_t a, int tiles_per_block) {
+__global__ void __launch_bounds__(2 * K_IX_MAX_HEADS, 2) indexer_score_kernel(ix_args_t a, int tiles_per_block) {
     const int heads = a.heads, hp = ix_padded_heads(heads), KT = 8 * KPT * ix_key_groups(heads); /* keys a tile */
     int64_t b = blockIdx.y, j_begin = (int64_t)blockIdx.x * tiles_per_block * KT;
     int64_t j_end = min(a.nk_max, j_begin + (int64_t)tiles_per_block * KT);
@@ -137,7 +137,7 @@ template <int KPT> static cudaError_t ix_launch(const ix_args_t *a, int64_t tile
 
 extern "C" cudaError_t k_indexer_score(const ix_args_t *a, cudaStream_t s) {
     if (a->m <= 0 || a->nk_max <= 0) return cudaSuccess;
-    if (a->m > 65535 || a->heads < 1 || a->heads > IX_MAX_HEADS) return cudaErrorInvalidValue;
+    if (a->m > 65535 || a->heads < 1 || a->heads > K_IX_MAX_HEADS) return cudaErrorInvalidValue;
     static int sms, smem_sm;
     if (!sms) {
         int dev;

@@ -298,7 +298,8 @@ typedef struct {
     float q_scale, w_scale;
     const ix_row_t *rows;
 } ix_args_t;
-/* scores[b][j] = the score of entry j for j < nvis(b), -inf beyond; heads 1..128. */
+/* scores[b][j] = the score of entry j for j < nvis(b), -inf beyond; heads 1..K_IX_MAX_HEADS. */
+#define K_IX_MAX_HEADS 128
 cudaError_t k_indexer_score(const ix_args_t *a, cudaStream_t s);
 /* Top-k per row of sc (row b has nvis(b) entries) into out row `row`: the ids of the k largest
  * finite scores, ties to the lower id, ascending, -1 padded. block > 0 (level 1 of the two-level

@@ -252,7 +252,8 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
     int64_t m = span_rows(spans, n_spans, sel.rows, "indexer"), nk_max = 0, heads = w.cols;
     if (m == 0) return;
     if (ratio <= 0) die("CUDA backend: indexer ratio %d", ratio);
-    if (heads < 1 || heads > 128) die("CUDA backend: indexer of %lld heads (1 to 128)", (long long)heads);
+    if (heads < 1 || heads > K_IX_MAX_HEADS)
+        die("CUDA backend: indexer of %lld heads (1 to %d)", (long long)heads, K_IX_MAX_HEADS);
     int64_t di = spans[0].keys.cols;
     ix_args_t a = {.q = F(q), .w = F(w), .ldq = q.ld, .ldw = w.ld, .m = m, .heads = (int)heads, .di = (int)di, .ratio = ratio,
                    .q_scale = q_scale, .w_scale = w_scale};

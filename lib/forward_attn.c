@@ -222,7 +222,8 @@ static void ring_write(copies_t *cp, seq_layer_t *sl, bk_tensor_t kv, int64_t P0
 static bool ring_write_early(const fwd_t *f, int i, int64_t k0) {
     const fwd_piece_t *p = &f->pieces[i];
     if (p->n != 1) return false;
-    for (int h = 0; h < wave_cut(f, k0); h++) /* the head pieces, in the layer only at k0 = 0 */
+    int heads = wave_cut(f, k0); /* the head pieces, in the layer only at k0 = 0 */
+    for (int h = 0; h < heads; h++)
         if (h != i && f->pieces[h].st == p->st) return false;
     return true;
 }

@@ -853,7 +853,7 @@ static void test_indexer(void) {
     indexer_case(32, 128, 3000, 512, 64, 8, 3, 2990, 1);  /* V4.1 head shapes, ids above 1024 */
     indexer_case(32, 128, 3000, 512, 64, 8, 1, 2990, 1);  /* one query row (decode), a part tile */
     indexer_case(32, 128, 600, 512, 64, 8, 1, 590, 1);
-    indexer_case(40, 30, 700, 40, 20, 8, 3, 690, 1);      /* 40 heads (padded to 48: two key groups of 3 warps), 30 columns: one-float reads */
+    indexer_case(40, 30, 700, 40, 20, 8, 3, 690, 1);      /* 40 heads (padded to 48: two key groups of 3 warps), one-float reads */
     indexer_case(128, 64, 2000, 64, 16, 8, 2, 1990, 1);   /* the most heads: 256 threads */
     indexer_case(16, 64, 1500, 40, 20, 8, 20, 2900, 2);
     indexer_case(3, 32, 4000, 512, 64, 64, 1, 3990, 1);   /* one block a row: 8 keys a thread in registers */
