@@ -36,11 +36,20 @@ namespace cg = cooperative_groups;
                             // no device time and cost the host ~0.05 ms a step in launches (run 198)
 
 // Level 1: bs[blk] = max of the row's visible scores in blk (blk in [lo, hi), thread t taking
-// lo + t, lo + t + T, ...), the newest block (nb - 1) pinned (+inf).
+// lo + t, lo + t + T, ...), the newest block (nb - 1) pinned (+inf). A wholly visible block of 8
+// in a 16-byte aligned row is read as two independent 16-byte loads, not eight dependent trips
+// of the entry loop. (Loads of several blocks issued ahead spill registers in topk_kernel<8>.)
 __device__ void block_scores_row(float *bs, int64_t lo, int64_t hi, int64_t nb, const float *scores, int64_t nvis, int block_size) {
+    const bool vec = block_size == 8 && ((uintptr_t)scores & 15) == 0;
     for (int64_t b = lo + threadIdx.x; b < hi; b += blockDim.x) {
         float m = -INFINITY;
-        for (int64_t e = b * block_size; e < nvis && e < (b + 1) * block_size; e++) m = fmaxf(m, scores[e]);
+        if (vec && (b + 1) * 8 <= nvis) {
+            float4 x = reinterpret_cast<const float4 *>(scores)[2 * b], y = reinterpret_cast<const float4 *>(scores)[2 * b + 1];
+            m = fmaxf(fmaxf(fmaxf(fmaxf(m, x.x), x.y), x.z), x.w);
+            m = fmaxf(fmaxf(fmaxf(fmaxf(m, y.x), y.y), y.z), y.w);
+        } else {
+            for (int64_t e = b * block_size; e < nvis && e < (b + 1) * block_size; e++) m = fmaxf(m, scores[e]);
+        }
         bs[b] = b == nb - 1 ? INFINITY : m;
     }
 }
@@ -260,7 +269,8 @@ static cudaError_t topk_launch(const ix_args_t *a, size_t smem, cudaStream_t s, 
 
 // The fewest keys a thread that fit a block's longest slice in registers (up to 16), else 0:
 // one block a row takes rows of at most TK_CLUSTER_MIN entries (up to 8 keys a thread), a
-// cluster's blocks slices of more than TK_CLUSTER_MIN / TK_CLUSTER (2 keys a thread or more).
+// cluster's blocks slices of more than TK_CLUSTER_MIN / TK_CLUSTER (2 keys a thread or more; a
+// level-1 cluster's may be shorter, which 2 keys a thread hold too).
 template <bool CLUSTER>
 static cudaError_t topk_pick(int64_t slice, const ix_args_t *a, size_t smem, cudaStream_t s, int32_t *out, int64_t ldo, int k,
                              float *sc, int64_t lds, int block, const int32_t *blocks, int64_t ldb, int64_t nblocks,
@@ -290,7 +300,9 @@ extern "C" cudaError_t k_topk(int32_t *out, int64_t ldo, int k, float *sc, int64
     int64_t n_max = block > 0 ? (a->nk_max + block - 1) / block : a->nk_max; /* a row's entries at most */
     int64_t mask_words = blocks ? (a->nk_max / block_size) / 32 + 1 : 0;
     if (mask_words > TK_MASK_WORDS) return cudaErrorInvalidValue;
-    bool cluster = n_max > TK_CLUSTER_MIN;
+    /* level 1 reads block x its entries' scores: a cluster shares that reading too (32k context:
+       32,000 scores for 4,000 blocks took one block ~12 us, device run 208) */
+    bool cluster = (block > 0 ? a->nk_max : n_max) > TK_CLUSTER_MIN;
     int64_t slice = cluster ? (n_max + TK_CLUSTER - 1) / TK_CLUSTER : n_max; /* a block's entries at most */
     int key_cap = (int)(slice < TK_KEYS ? slice : TK_KEYS);
     size_t smem = (size_t)(mask_words + key_cap) * 4;
