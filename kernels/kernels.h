@@ -387,6 +387,10 @@ typedef struct {
 int k_indexer_tc_ok(int heads, int di);
 int k_indexer_tc_rows_per_block(int heads);
 cudaError_t k_indexer_tc(const ix_tc_args_t *a, int64_t blocks, cudaStream_t s);
+/* k_indexer_score's launch on the tensor cores (indexer_tc_rows.cu) in `pieces` (1-3) bf16
+ * pieces, reading the fp32 keys through their pages: for rows of short spans (decode). */
+int k_indexer_tc_rows_ok(const ix_args_t *a);
+cudaError_t k_indexer_tc_rows(const ix_args_t *a, int pieces, cudaStream_t s);
 
 /* ---- router and experts (router.cu, moe_dispatch.cu, moe_act.cu, moe_combine.cu) ------------ */
 cudaError_t k_router(int32_t *idx, int64_t ldi, float *wt, int64_t ldw, const float *logits, int64_t ldl, const float *bias,

@@ -268,6 +268,9 @@ int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t s
                     int window, const bk_span_t *spans, int n_spans, const bk_tensor_t *sel, const bk_tensor_t *unrope,
                     bk_span_t *rest);
 bool cu_indexer_tc(cuda_t *c, const ix_args_t *a, bk_tensor_t q, bk_tensor_t w, const bk_span_t *spans, int n_spans);
+/* The scores of a's rows as short spans' (the tensor cores' row kernel unless fp32 or the shapes
+ * rule it out, then the CUDA cores). */
+void cu_indexer_rows(cuda_t *c, const ix_args_t *a);
 void cu_router(backend_t *bk, bk_tensor_t idx, bk_tensor_t wt, bk_tensor_t logits, bk_tensor_t bias, float temp,
                bool normalize, float scale);
 

@@ -282,7 +282,7 @@ void cu_indexer_spans(backend_t *bk, bk_tensor_t sel, const bk_tensor_t *blocks_
     cu_prof_begin(c, "indexer");
     a.scores = cu_scratch(c, (size_t)(m * (nk_max ? nk_max : 1)) * 4);
     float *bs = NULL;
-    if (!cu_indexer_tc(c, &a, q, w, spans, n_spans)) CU(k_indexer_score(&a, c->stream));
+    if (!cu_indexer_tc(c, &a, q, w, spans, n_spans)) cu_indexer_rows(c, &a);
     if (blocks_out) {
         int64_t nb = (nk_max + block_size - 1) / block_size;
         bs = cu_scratch(c, (size_t)(m * (nb ? nb : 1)) * 4);

@@ -1,10 +1,11 @@
 /* Prefill attention and indexer scores on the tensor cores (kernels/attention_tc.cu,
  * kernels/indexer_tc.cu): spans of at least TC_MIN_ROWS rows, when the precision allows (attention:
  * bf16 and bf16x2; indexer: every mode but fp32) and the shapes fit; shorter spans (decode) stay
- * on the CUDA-core kernels. The path is chosen per
+ * on the CUDA-core attention and take the indexer's row kernel (kernels/indexer_tc_rows.cu, the
+ * tensor cores too but no store). The path is chosen per
  * span from its length alone, so a row's numbers do not depend on what it is batched with. The
- * keys a launch reads (window rows, pool rows, indexer keys) are first split once into bf16
- * pieces (kernels/bf16_pieces.cu). */
+ * keys a launch of long spans reads (window rows, pool rows, indexer keys) are first split once
+ * into bf16 pieces (kernels/bf16_pieces.cu). */
 #include "backend_cuda_internal.h"
 #include "util.h"
 
@@ -108,6 +109,12 @@ int cu_attention_tc(backend_t *bk, bk_tensor_t out, bk_tensor_t q, bk_tensor_t s
     return n_rest;
 }
 
+void cu_indexer_rows(cuda_t *c, const ix_args_t *a) {
+    int pieces = tc_pieces(c);
+    if (pieces && k_indexer_tc_rows_ok(a)) CU(k_indexer_tc_rows(a, pieces, c->stream));
+    else CU(k_indexer_score(a, c->stream));
+}
+
 bool cu_indexer_tc(cuda_t *c, const ix_args_t *a, bk_tensor_t q, bk_tensor_t w, const bk_span_t *spans, int n_spans) {
     int pieces = tc_pieces(c), nt = 0, ns = 0, nc = 0;
     if (!pieces || !k_indexer_tc_ok(a->heads, a->di)) return false;
@@ -151,7 +158,7 @@ bool cu_indexer_tc(cuda_t *c, const ix_args_t *a, bk_tensor_t q, bk_tensor_t w, 
         sa.q = q.ptr, sa.w = w.ptr, sa.m = m_short;
         sa.scores = cu_scratch(c, (size_t)(m_short * a->nk_max) * 4);
         sa.rows = cu_upload_table(c, short_rows, (size_t)m_short * sizeof *short_rows);
-        CU(k_indexer_score(&sa, c->stream));
+        cu_indexer_rows(c, &sa);
         for (int i = 0; i < nc; i++) cps[i].src = sa.scores + cp_from[i] * a->nk_max;
         cu_copy_descs(c, cps, nc);
         cu_release_scratch(c, sa.scores), cu_release_scratch(c, (void *)sa.rows);

@@ -870,6 +870,8 @@ static void test_indexer(void) {
     indexer_case_at(32, 128, 1100, 512, 64, 8, 45, 2000, 2, true);  /* exact (QAT) queries and keys: every mode exact */
     indexer_case_at(20, 64, 300, 40, 20, 6, 70, 0, 1, false);       /* 20 heads (padded to 32), visibility from 1 */
     indexer_case_at(3, 32, 90, 5, 3, 4, 33, 100, 2, true);          /* 3 heads: 8 rows a block; 9 rows see nothing */
+    indexer_case_at(32, 128, 3000, 512, 64, 8, 1, 2990, 1, true);   /* a decode row, exact: the row kernel's one product a step */
+    indexer_case_at(3, 32, 700, 40, 20, 8, 5, 690, 2, true);        /* five rows of 3 heads, exact */
 }
 
 /* Prefill spans (tensor cores) and decode spans (CUDA cores) in one call, every precision: each
