@@ -142,12 +142,14 @@ static void random_model(backend_t *bk, int N, model_t *m) {
     backend_cuda_sync(bk);
 }
 
-/* Random rows in a paged store, page by page. */
-static void fill_paged(backend_t *bk, bk_paged_t p) {
+/* Random rows in a paged store, page by page; fake-quantized as the model stores them when
+ * `qat` is a QAT kind (indexer keys: FP4 values whose products the tensor cores take exactly). */
+static void fill_paged(backend_t *bk, bk_paged_t p, int qat, int block) {
     bk_tensor_t v;
     for (int64_t r = 0; r < p.rows; r += v.rows) {
         bk_paged_run(p, r, p.rows - r, &v);
         backend_cuda_fill(bk, v, -1, 1, seed_counter++);
+        if (qat >= 0) bk->qat(bk, v, (qat_kind_t)qat, block);
     }
 }
 
@@ -167,8 +169,8 @@ static seqstate_t *synth_state(const model_t *m, int64_t ctx, int64_t room) {
         int64_t n = ctx / s->ratio;
         seqstate_reserve(st, L, n + room);
         seqstate_sync(st, L);
-        fill_paged(bk, seqstate_pool(st, L, n));
-        if (s->indexer_keys) fill_paged(bk, seqstate_keys(st, L, n));
+        fill_paged(bk, seqstate_pool(st, L, n), -1, 0);
+        if (s->indexer_keys) fill_paged(bk, seqstate_keys(st, L, n), QAT_FP4_UE8M0, 32); /* as compress() leaves them */
         l->n_entries = n;
         l->n_pend = (int)(ctx % s->ratio);
         if (l->n_pend) {
