@@ -70,34 +70,50 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
     __nv_bfloat16 *qp = (__nv_bfloat16 *)(kf + 2 * KT * ldk); /* [NP][hp][ldq] */
     float *part = (float *)(qp + NP * hp * ldq), *ws = part + hw * KT;
     __shared__ int q_more;
+    __shared__ const float *krow[IXR_THREADS]; /* the block's key rows (2 tiles of at most 128) */
 
-    // tile t's keys (visible ones; zeros past them) into buffer t % 2
-    auto issue = [&](int64_t j0, int buf) {
-        for (int c = tid; c < KT * cpr; c += IXR_THREADS) {
-            int row = c / cpr, col = 4 * (c - row * cpr);
-            bool ok = j0 + row < nvis;
-            const float *src = ok ? paged_row(rd.keys, rd.ldk, j0 + row) + col : a.w;
-            tc_cp16(kf + (buf * KT + row) * ldk + col, src, ok);
-        }
-        tc_cp_commit();
-    };
-    issue(j_begin, 0);
-
-    // the query's pieces (padding heads zero) and whether any is needed past the first
+    // The rows' addresses first, one page-table read a thread all in flight at once (read inside
+    // the copy loop, each waited for before its copy: the copies' memory clobber keeps them in order).
     const int64_t r = rd.row;
     const float *q = a.q + r * a.ldq;
+    if (tid < tiles_per_block * KT) krow[tid] = j_begin + tid < nvis ? paged_row(rd.keys, rd.ldk, j_begin + tid) : NULL;
     if (tid == 0) q_more = 0;
     if (tid < hp) ws[tid] = tid < heads ? a.w[r * a.ldw + tid] * a.w_scale : 0.0f;
     __syncthreads();
+
+    // tile t's keys (visible ones; zeros past them) into buffer t % 2
+    auto issue = [&](int t, int buf) {
+        for (int c = tid; c < KT * cpr; c += IXR_THREADS) {
+            int row = c / cpr, col = 4 * (c - row * cpr);
+            const float *src = krow[t * KT + row];
+            tc_cp16(kf + (buf * KT + row) * ldk + col, src ? src + col : a.w, src != NULL);
+        }
+        tc_cp_commit();
+    };
+    issue(0, 0);
+
+    // the query's pieces (padding heads zero) and whether any is needed past the first; a
+    // thread's loads in flight together (QB at a time)
+    constexpr int QB = 8;
+    const int qn = hp * (di / 2);
     bool more = false;
-    for (int x = tid; x < hp * (di / 2); x += IXR_THREADS) {
-        int h = x / (di / 2), c = 2 * (x - h * (di / 2));
-        float2 v = h < heads ? *(const float2 *)(q + (int64_t)h * di + c) : make_float2(0.0f, 0.0f);
-        uint32_t p[NP];
-        tc_split<NP>(v, p);
+    for (int x0 = tid; x0 < qn; x0 += QB * IXR_THREADS) {
+        float2 v[QB];
 #pragma unroll
-        for (int t = 0; t < NP; t++) *(uint32_t *)(qp + (t * hp + h) * ldq + c) = p[t];
-        more |= NP > 1 && p[1] != 0;
+        for (int u = 0; u < QB; u++) {
+            int x = x0 + u * IXR_THREADS, h = x / (di / 2), c = 2 * (x - h * (di / 2));
+            v[u] = x < qn && h < heads ? *(const float2 *)(q + (int64_t)h * di + c) : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < QB; u++) {
+            int x = x0 + u * IXR_THREADS, h = x / (di / 2), c = 2 * (x - h * (di / 2));
+            if (x >= qn) break;
+            uint32_t p[NP];
+            tc_split<NP>(v[u], p);
+#pragma unroll
+            for (int t = 0; t < NP; t++) *(uint32_t *)(qp + (t * hp + h) * ldq + c) = p[t];
+            more |= NP > 1 && p[1] != 0;
+        }
     }
     if (more) q_more = 1;
 
@@ -112,7 +128,7 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
             continue;
         }
         if (t + 1 < tiles && j0 + KT < nvis) {
-            issue(j0 + KT, buf ^ 1);
+            issue(t + 1, buf ^ 1);
             tc_cp_wait_newest<1>();
         } else {
             tc_cp_wait();
@@ -120,6 +136,7 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
         __syncthreads(); /* tile t has landed; the tile before is summed (and its buffer free) */
         const int an = q_more ? NP : 1;
         float acc[NT][4] = {};
+#pragma unroll 2
         for (int c = 0; c < di; c += 16) {
             uint32_t af[NP][4];
 #pragma unroll
