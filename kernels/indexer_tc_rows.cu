@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
         return;
     }
     extern __shared__ __align__(16) unsigned char smem[];
-    const int di = a.di, ldk = ixr_ldk(di), ldq = ixr_ldq(di), cpr = di / 4; /* 16-byte chunks a key */
+    const int di = a.di, ldk = ixr_ldk(di), ldq = ixr_ldq(di);
     float *kf = (float *)smem; /* [2][KT][ldk] */
     __nv_bfloat16 *qp = (__nv_bfloat16 *)(kf + 2 * KT * ldk); /* [NP][hp][ldq] */
     float *part = (float *)(qp + NP * hp * ldq), *ws = part + hw * KT;
@@ -81,43 +81,46 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
     if (tid < hp) ws[tid] = tid < heads ? a.w[r * a.ldw + tid] * a.w_scale : 0.0f;
     __syncthreads();
 
-    // tile t's keys (visible ones; zeros past them) into buffer t % 2
+    // tile t's keys (visible ones; zeros past them) into buffer t % 2: a warp a row, a lane 16 bytes
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     auto issue = [&](int t, int buf) {
-        for (int c = tid; c < KT * cpr; c += IXR_THREADS) {
-            int row = c / cpr, col = 4 * (c - row * cpr);
+        for (int row = warp; row < KT; row += IXR_THREADS / 32) {
             const float *src = krow[t * KT + row];
-            tc_cp16(kf + (buf * KT + row) * ldk + col, src ? src + col : a.w, src != NULL);
+            for (int col = 4 * lane; col < di; col += 128)
+                tc_cp16(kf + (buf * KT + row) * ldk + col, src ? src + col : a.w, src != NULL);
         }
         tc_cp_commit();
     };
     issue(0, 0);
 
-    // the query's pieces (padding heads zero) and whether any is needed past the first; a
-    // thread's loads in flight together (QB at a time)
-    constexpr int QB = 8;
-    const int qn = hp * (di / 2);
+    // the query's pieces (padding heads zero) and whether any is needed past the first: a warp a
+    // head, a lane a column pair (two at di = 128), QR heads' loads in flight together
+    constexpr int QR = 4;
     bool more = false;
-    for (int x0 = tid; x0 < qn; x0 += QB * IXR_THREADS) {
-        float2 v[QB];
+    for (int h0 = warp; h0 < hp; h0 += QR * IXR_THREADS / 32) {
+        float2 v[QR][2];
 #pragma unroll
-        for (int u = 0; u < QB; u++) {
-            int x = x0 + u * IXR_THREADS, h = x / (di / 2), c = 2 * (x - h * (di / 2));
-            v[u] = x < qn && h < heads ? *(const float2 *)(q + (int64_t)h * di + c) : make_float2(0.0f, 0.0f);
-        }
+        for (int u = 0; u < QR; u++)
 #pragma unroll
-        for (int u = 0; u < QB; u++) {
-            int x = x0 + u * IXR_THREADS, h = x / (di / 2), c = 2 * (x - h * (di / 2));
-            if (x >= qn) break;
-            uint32_t p[NP];
-            tc_split<NP>(v[u], p);
+            for (int e = 0; e < 2; e++) {
+                int h = h0 + u * IXR_THREADS / 32, c = 2 * (lane + 32 * e);
+                v[u][e] = h < heads && c < di ? *(const float2 *)(q + (int64_t)h * di + c) : make_float2(0.0f, 0.0f);
+            }
 #pragma unroll
-            for (int t = 0; t < NP; t++) *(uint32_t *)(qp + (t * hp + h) * ldq + c) = p[t];
-            more |= NP > 1 && p[1] != 0;
-        }
+        for (int u = 0; u < QR; u++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int h = h0 + u * IXR_THREADS / 32, c = 2 * (lane + 32 * e);
+                if (h >= hp || c >= di) continue;
+                uint32_t p[NP];
+                tc_split<NP>(v[u][e], p);
+#pragma unroll
+                for (int t = 0; t < NP; t++) *(uint32_t *)(qp + (t * hp + h) * ldq + c) = p[t];
+                more |= NP > 1 && p[1] != 0;
+            }
     }
     if (more) q_more = 1;
 
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int hb = 16 * (warp % hw), kb = 8 * NT * (warp / hw); /* this warp's heads and keys */
     const int tiles = (int)((j_end - j_begin + KT - 1) / KT);
     for (int t = 0; t < tiles; t++) {
