@@ -14,6 +14,21 @@
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The device's SMs and shared memory an SM (asked once a launcher): for grids sized to a wave.
+static inline cudaError_t k_device_limits(int *sms, int *smem_sm) {
+    static int n, smem;
+    if (!n) {
+        int dev, a = 0, b = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&a, cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+        if (e != cudaSuccess) return e;
+        n = a, smem = b;
+    }
+    *sms = n, *smem_sm = smem;
+    return cudaSuccess;
+}
+
 // ---- launches: programmatic dependent launch (sm_90) ------------------------------------------
 // Every kernel is launched by k_launch with programmatic stream serialization (eager and in
 // captured graphs): it may start once every block of the kernel before it in the stream has
@@ -338,6 +353,23 @@ __device__ __forceinline__ void prefetch_pages(const float *const *pages, int64_
 __device__ __forceinline__ ix_row_t ix_row(const ix_args_t &a, int64_t b) {
     if (a.rows) return a.rows[b];
     return ix_row_t{a.keys, a.ldk, a.nk, b, a.pos0 + b};
+}
+
+// The start of an indexer scores block over entries [j_begin, j_end) of row b: the row (rd),
+// the entries it sees (nvis), its scores row (out), this block's page-table entries asked of L2
+// while the kernel before drains, the wait. A block wholly past the row's entries writes -inf
+// there and is done (false).
+__device__ __forceinline__ bool ix_block_begin(const ix_args_t &a, int64_t b, int64_t j_begin, int64_t j_end, ix_row_t &rd,
+                                               int64_t &nvis, float *&out) {
+    rd = ix_row(a, b); /* the row table came by a copy, complete before this launch */
+    nvis = min(rd.nk, (rd.pos + 1) / a.ratio);
+    const int tid = threadIdx.x, nt = blockDim.x;
+    if (j_begin < nvis) prefetch_pages(rd.keys, j_begin >> K_PAGE_SHIFT, ((min(nvis, j_end) - 1) >> K_PAGE_SHIFT) + 1, tid, nt);
+    pdl_begin();
+    out = a.scores + b * a.nk_max;
+    if (j_begin < nvis) return true;
+    for (int64_t j = j_begin + tid; j < j_end; j += nt) out[j] = -INFINITY;
+    return false;
 }
 
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -73,17 +73,11 @@ __global__ void __launch_bounds__(2 * K_IX_MAX_HEADS, 2) indexer_score_kernel(ix
     const int heads = a.heads, hp = ix_padded_heads(heads), KT = 8 * KPT * ix_key_groups(heads); /* keys a tile */
     int64_t b = blockIdx.y, j_begin = (int64_t)blockIdx.x * tiles_per_block * KT;
     int64_t j_end = min(a.nk_max, j_begin + (int64_t)tiles_per_block * KT);
-    const ix_row_t rd = ix_row(a, b); /* the row table came by a copy, complete before this launch */
-    const int64_t nvis = min(rd.nk, (rd.pos + 1) / a.ratio);
+    ix_row_t rd;
+    int64_t nvis;
+    float *out;
+    if (!ix_block_begin(a, b, j_begin, j_end, rd, nvis, out)) return;
     const int tid = threadIdx.x, nt = blockDim.x;
-    if (j_begin < nvis) /* this block's page-table entries, asked of L2 while the kernel before drains */
-        prefetch_pages(rd.keys, j_begin >> K_PAGE_SHIFT, ((min(nvis, j_end) - 1) >> K_PAGE_SHIFT) + 1, tid, nt);
-    pdl_begin();
-    float *out = a.scores + b * a.nk_max;
-    if (j_begin >= nvis) {
-        for (int64_t j = j_begin + tid; j < j_end; j += nt) out[j] = -INFINITY;
-        return;
-    }
     extern __shared__ __align__(16) unsigned char smem[];
     const int di = a.di, ld = ix_ld(di, a.vec);
     const float **rows = (const float **)smem; /* KT keys, then hp heads */
@@ -138,14 +132,9 @@ template <int KPT> static cudaError_t ix_launch(const ix_args_t *a, int64_t tile
 extern "C" cudaError_t k_indexer_score(const ix_args_t *a, cudaStream_t s) {
     if (a->m <= 0 || a->nk_max <= 0) return cudaSuccess;
     if (a->m > 65535 || a->heads < 1 || a->heads > K_IX_MAX_HEADS) return cudaErrorInvalidValue;
-    static int sms, smem_sm;
-    if (!sms) {
-        int dev;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-        if (e != cudaSuccess) return e;
-    }
+    int sms, smem_sm;
+    cudaError_t e = k_device_limits(&sms, &smem_sm);
+    if (e != cudaSuccess) return e;
     /* The blocks the GPU holds at once (by shared memory and 128 registers a thread; 1 KB a
        block is the system's). Keys a thread: the most that still give each of those a tile. */
     int groups = ix_key_groups(a->heads), threads = 2 * ix_padded_heads(a->heads) * groups;

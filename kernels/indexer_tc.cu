@@ -135,10 +135,7 @@ __global__ void __launch_bounds__(IX_THREADS) ix_tc_kernel(ix_tc_args_t a) {
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    float v = fmaxf(acc[nt][e], 0.0f) * a.q_scale * w0 + fmaxf(acc[nt][2 + e], 0.0f) * a.q_scale * w1;
-                    v += __shfl_xor_sync(0xffffffffu, v, 4);
-                    v += __shfl_xor_sync(0xffffffffu, v, 8);
-                    v += __shfl_xor_sync(0xffffffffu, v, 16);
+                    float v = tc_head_sum(acc[nt], e, w0, w1, a.q_scale);
                     if (g == 0) part[warp * IX_KT + nt * 8 + 2 * t4 + e] = v;
                 }
         }

@@ -53,17 +53,11 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
     const int heads = a.heads, hp = ixr_hp(heads), hw = hp / 16, KT = 8 * NT * ixr_key_groups(heads);
     const int64_t b = blockIdx.y, j_begin = (int64_t)blockIdx.x * tiles_per_block * KT;
     const int64_t j_end = min(a.nk_max, j_begin + (int64_t)tiles_per_block * KT);
-    const ix_row_t rd = ix_row(a, b); /* the row table came by a copy, complete before this launch */
-    const int64_t nvis = min(rd.nk, (rd.pos + 1) / a.ratio);
+    ix_row_t rd;
+    int64_t nvis;
+    float *out;
+    if (!ix_block_begin(a, b, j_begin, j_end, rd, nvis, out)) return;
     const int tid = threadIdx.x;
-    if (j_begin < nvis)
-        prefetch_pages(rd.keys, j_begin >> K_PAGE_SHIFT, ((min(nvis, j_end) - 1) >> K_PAGE_SHIFT) + 1, tid, IXR_THREADS);
-    pdl_begin();
-    float *out = a.scores + b * a.nk_max;
-    if (j_begin >= nvis) {
-        for (int64_t j = j_begin + tid; j < j_end; j += IXR_THREADS) out[j] = -INFINITY;
-        return;
-    }
     extern __shared__ __align__(16) unsigned char smem[];
     const int di = a.di, ldk = ixr_ldk(di), ldq = ixr_ldq(di);
     float *kf = (float *)smem; /* [2][KT][ldk] */
@@ -161,10 +155,7 @@ __global__ void __launch_bounds__(IXR_THREADS, 2) ix_tc_rows_kernel(ix_args_t a,
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float v = fmaxf(acc[n][e], 0.0f) * a.q_scale * w0 + fmaxf(acc[n][2 + e], 0.0f) * a.q_scale * w1;
-                v += __shfl_xor_sync(0xffffffffu, v, 4);
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                float v = tc_head_sum(acc[n], e, w0, w1, a.q_scale);
                 if (g == 0) part[(warp % hw) * KT + kb + 8 * n + 2 * t4 + e] = v;
             }
         __syncthreads();
@@ -208,14 +199,9 @@ template <int NP> static cudaError_t ixr_pick(const ix_args_t *a, int sms, int s
 extern "C" cudaError_t k_indexer_tc_rows(const ix_args_t *a, int pieces, cudaStream_t s) {
     if (a->m <= 0 || a->nk_max <= 0) return cudaSuccess;
     if (a->m > 65535 || !k_indexer_tc_rows_ok(a)) return cudaErrorInvalidValue;
-    static int sms, smem_sm;
-    if (!sms) {
-        int dev;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-        if (e != cudaSuccess) return e;
-    }
+    int sms, smem_sm;
+    cudaError_t e = k_device_limits(&sms, &smem_sm);
+    if (e != cudaSuccess) return e;
     switch (pieces) {
     case 1: return ixr_pick<1>(a, sms, smem_sm, s);
     case 2: return ixr_pick<2>(a, sms, smem_sm, s);

@@ -66,6 +66,17 @@ __device__ __forceinline__ void tc_mma_pieces(float acc[4], const uint32_t a[NP]
     for (int e = 0; e < 4; e++) acc[e] += t[e];
 }
 
+// The indexer's term of accumulator column e summed over the fragment's 16 rows (heads g and
+// g + 8 of every lane group g): relu(acc) * q_scale * the head's weight (w0, w1), added across
+// the lanes in a fixed order; every lane ends with the sum.
+__device__ __forceinline__ float tc_head_sum(const float acc[4], int e, float w0, float w1, float q_scale) {
+    float v = fmaxf(acc[e], 0.0f) * q_scale * w0 + fmaxf(acc[2 + e], 0.0f) * q_scale * w1;
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    return v;
+}
+
 // The A fragment (rows g and g + 8, columns 2t.. and 2t + 8..) of a row-major fp32 matrix in
 // shared memory as NP bf16 pieces: p points at (row g, column 2t), ld in floats.
 template <int NP>
