@@ -16,7 +16,8 @@
  * Engram tables are smaller than released (engram_vocab_size 160000: about 3.8M rows instead
  * of 384M, in page-locked host memory like the real ones); a token reads 24 random rows per
  * Engram layer either way. Decode contexts are synthesized states (random pools, keys and
- * windows of the stated length), not prefilled. Sampling: the pick op at each batch size on
+ * windows of the stated length; the indexer keys fake-quantized to FP4 as the model stores
+ * them), not prefilled. Sampling: the pick op at each batch size on
  * random logits of the released vocabulary, per kind of request, against the host sampler on
  * the same rows (one core of the GPU machine). */
 #include "backend_cuda.h"
