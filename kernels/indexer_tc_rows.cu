@@ -29,8 +29,9 @@ static size_t ixr_smem(int kt, int heads, int di, int np) {
     return 4 * (2 * (size_t)kt * ixr_ldk(di)) + 2 * ((size_t)np * hp * ixr_ldq(di)) + 4 * ((size_t)(hp / 16) * kt + hp);
 }
 
+// The prefill kernel's shapes (indexer_tc.cu), 16-byte rows and at most IXR_MAXDI columns.
 extern "C" int k_indexer_tc_rows_ok(const ix_args_t *a) {
-    return a->vec && a->heads >= 1 && a->heads <= 128 && a->di >= 16 && a->di <= IXR_MAXDI && a->di % 16 == 0;
+    return a->vec && a->di <= IXR_MAXDI && k_indexer_tc_ok(a->heads, a->di);
 }
 
 // A lane's two key pairs (x0 the B fragment's first half, x1 its second) as NP bf16 pieces each:

@@ -874,13 +874,14 @@ static void test_indexer(void) {
     indexer_case_at(3, 32, 700, 40, 20, 8, 5, 690, 2, true);        /* five rows of 3 heads, exact */
 }
 
-/* Prefill spans (tensor cores) and decode spans (CUDA cores) in one call, every precision: each
+/* Prefill spans (tensor cores) and decode spans (attention on the CUDA cores, the indexer's row
+ * kernel) in one call, every precision: each
  * row against the CPU, the same bits as its span alone where the path promises it (a row's
  * numbers do not depend on its batch), rows outside the spans untouched. */
 static void test_tc_spans(void) {
     enum { M = 120, H = 16, D = 128, W = 24, K = 40, HI = 16, DI = 64, KI = 24, KB = 6, BSZ = 4, NS = 5 };
     bk_span_t sp[NS] = {{.r0 = 0, .n = 40, .pos0 = 10},                  /* window partly before the start */
-                        {.r0 = 40, .n = 3, .pos0 = 500},                 /* decode-sized: CUDA cores */
+                        {.r0 = 40, .n = 3, .pos0 = 500},                 /* decode-sized */
                         {.r0 = 43, .n = 0, .pos0 = 9},
                         {.r0 = 45, .n = 70, .pos0 = 1000, .win_lo = 1030}, /* early rows: no window, no pool */
                         {.r0 = 115, .n = 1, .pos0 = 77}};
