@@ -54,13 +54,15 @@ static void chunk_layout(fwd_t *f, carver_t *cv) {
     A(rwt, n, c->n_experts_per_tok);
 #undef A
     f->ridx = carve(cv, BK_I32, n, c->n_experts_per_tok);
-    f->ids = carve(cv, BK_I32, n, 1);
     f->cand = carve(cv, BK_I32, n, c->candidate_topk_blocks);
     for (int L = 0; L < c->n_layers; L++)
         if (c->layers[L].has_indexer) f->sel[L] = carve(cv, BK_I32, n, c->index_topk);
+    int64_t ER = c->n_engram * (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
+    bk_tensor_t tokens = carve(cv, BK_I32, n, 1 + ER); /* a row's id, then its Engram rows */
+    f->ids = bk_cols(tokens, 0, 1);
+    f->erows = bk_cols(tokens, 1, ER);
     if (c->n_engram) {
         int64_t R = (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
-        f->erows = carve(cv, BK_I32, n, c->n_engram * R);
         f->eR = carve(cv, BK_F32, n, R * c->engram_head_dim);
         f->ekv = carve(cv, BK_F32, n, (hc + 1) * D);
     }
@@ -88,33 +90,27 @@ typedef struct {
 
 static int64_t row_of(const seq_rows_t *r, int64_t k) { return k < r->head ? r->hr + k : r->tr + k - r->head; }
 
-/* The token ids of every batch row, uploaded for the embedding's gather. */
-static void upload_ids(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
-    int32_t *tok = xmalloc((size_t)f->n * 4);
-    for (int i = 0; i < n_seqs; i++)
-        for (int64_t k = 0; k < seqs[i].n; k++) tok[row_of(&rows_of[i], k)] = (int32_t)seqs[i].ids[k];
-    f->bk->upload(f->bk, f->ids, tok);
-    free(tok);
-}
-
-/* The Engram rows of every batch row, uploaded. Hashing is host integer work on every token,
- * so the forward calls this once the blocks before the first Engram layer are issued: on an
- * asynchronous backend the device runs them meanwhile instead of waiting for the hashes. */
-static void upload_engram_rows(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
+/* Every batch row's token id and Engram table rows, uploaded as one copy: in a replayed
+ * decode step a second upload before the first Engram layer joined every stream and left the
+ * device idle ~15 us (run 214). The hashes are host integer work per token, done before the
+ * first launch (run 165: at most ~1 ms of an 8k prefill when deferred). */
+static void upload_tokens(fwd_t *f, const fwd_seq_t *seqs, int n_seqs, const seq_rows_t *rows_of) {
     const engram_hash_t *h = &f->m->engram;
-    int R = h->n_orders * h->n_heads;
-    int32_t *rows = xmalloc((size_t)(f->n * h->n_layers * R) * 4), ctx[MC_MAX_NGRAM];
+    int64_t cols = 1 + f->erows.cols, R = h->n_orders * h->n_heads;
+    int32_t *tok = xmalloc((size_t)(f->n * cols) * 4), ctx[MC_MAX_NGRAM];
     for (int i = 0; i < n_seqs; i++) {
         const uint32_t *ids = seqs[i].ids;
         for (int64_t k = 0; k < seqs[i].n; k++) {
-            int64_t row = row_of(&rows_of[i], k);
+            int32_t *row = tok + row_of(&rows_of[i], k) * cols;
+            row[0] = (int32_t)ids[k];
+            if (!f->c->n_engram) continue;
             for (int s = 0; s < h->max_ngram; s++)
                 ctx[s] = k - s >= 0 ? engram_compress(h, ids[k - s]) : seqs[i].st->hist[s - k - 1];
-            for (int e = 0; e < h->n_layers; e++) engram_rows(h, e, ctx, rows + (row * h->n_layers + e) * R);
+            for (int e = 0; e < h->n_layers; e++) engram_rows(h, e, ctx, row + 1 + e * R);
         }
     }
-    f->bk->upload(f->bk, f->erows, rows);
-    free(rows);
+    f->bk->upload(f->bk, bk_cols(f->ids, 0, cols), tok);
+    free(tok);
 }
 
 static void block(fwd_t *f, int L, int64_t k0) {
@@ -248,17 +244,12 @@ int forward_batch_pick(fwd_seq_t *seqs, int n_seqs, sampler_t *scratch, char *er
     fwd_t f = {.m = m, .c = c, .bk = m->bk, .n = n, .pieces = pieces, .n_pieces = np, .k0 = k0};
     backend_t *bk = f.bk;
     chunk_alloc(&f);
-    upload_ids(&f, seqs, n_seqs, rows);
+    upload_tokens(&f, seqs, n_seqs, rows);
     bk->gather(bk, f.xc, m->embed, f.ids);
     bk->hc_fill(bk, f.X, bk_cols(f.coefF, 0, c->hc_mult), f.xc, c->hc_mult); /* block 0 reads stream 0 */
-    bool engram_rows_uploaded = false;
     for (int L = 0; L < c->n_layers; L++) {
         int64_t from = L <= c->first_decoder_layer ? 0 : k0;
         if (from >= n) continue;
-        if (c->layers[L].engram >= 0 && !engram_rows_uploaded) {
-            upload_engram_rows(&f, seqs, n_seqs, rows);
-            engram_rows_uploaded = true;
-        }
         block(&f, L, from);
     }
     /* logits: the tail rows (ALL) or the last row (LAST) of each sequence whose chunk reaches the decoder */
