@@ -187,6 +187,10 @@ bool cu_streams_joined(const cuda_t *c);
  * the next hc_pre. The forward's other ops (matmuls, norms, RoPE, QAT, attention, indexer,
  * router, MoE, copies) read neither, so they run while it is in flight. */
 void cu_join_side(cuda_t *c);
+/* Work for the side stream that starts after everything the main stream has issued: launches
+ * on c->side between cu_side_fork and cu_side_end, joined by cu_join_side. */
+void cu_side_fork(cuda_t *c);
+void cu_side_end(cuda_t *c);
 /* The main stream waits for the open branch (branch_join, moe's add). */
 void cu_join_branch(cuda_t *c);
 /* Both: before the host sees or frees memory (download, upload, unbind, fill, sync, pick),

@@ -1,7 +1,8 @@
 /* The CUDA backend's second and third streams and how the main stream waits for them.
  *
  * side: a decode hc_pre's coefficients (cu_hc_pre), made while the main stream goes on with
- * the site's input; joined by the ops that read them (cu_join_side).
+ * the site's input, joined by the ops that read them (cu_join_side); the indexer's level-1
+ * candidate blocks beside its own selection (cu_indexer_spans, joined there).
  * branch: the forward's branches (backend.h branch_begin/end/join): between begin and end
  * c->stream IS the branch stream, with its own split-K counters, so every op issued there
  * launches on it; the main stream waits for it at the join.
@@ -42,9 +43,20 @@ void cu_join_side(cuda_t *c) {
     if (c->in_branch) die("CUDA backend: an op inside a branch needs the mHC coefficients (only row ops may branch)");
     cu_event_wait(c, c->stream, c->side_done);
     c->side_pending = false;
-    cu_release_scratch(c, c->side_partial);
+    if (c->side_partial) cu_release_scratch(c, c->side_partial);
     c->side_partial = NULL;
     release_held(c);
+}
+
+void cu_side_fork(cuda_t *c) {
+    if (c->in_branch) die("CUDA backend: side-stream work forked inside a branch");
+    cu_event_record(c, c->side_fork, c->stream);
+    cu_event_wait(c, c->side, c->side_fork);
+}
+
+void cu_side_end(cuda_t *c) {
+    cu_event_record(c, c->side_done, c->side);
+    c->side_pending = true;
 }
 
 void cu_join_branch(cuda_t *c) {
