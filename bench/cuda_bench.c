@@ -299,7 +299,7 @@ static void decode_point(bench_t *b, const model_t *m, int B, int64_t ctx, int s
     }
     graph /= steps;
     n2 = backend_cuda_graph_counts(bk);
-    double replay = backend_cuda_graph_replay(bk, 5);
+    double replay = backend_cuda_graph_replay(bk, 20);
     double fixed = 0, packed = 0, fp32 = 0, flops = 0;
     for (int L = 0; L < c->n_layers; L++) {
         fixed += layer_fixed_bytes(c, L);
@@ -315,7 +315,7 @@ static void decode_point(bench_t *b, const model_t *m, int B, int64_t ctx, int s
     double wf = head_bytes(&full) + B * full.hidden_size * 2.0, sf = 0;
     for (int L = 0; L < 40; L++) wf += layer_fixed_bytes(&full, L) + touched(&full, B) * expert_bytes(&full), sf += B * layer_state_bytes(&full, L, (double)ctx, 528, 288, 68);
     double floor40 = (wf + sf) / b->ceil.copy_bytes_s * 1e3;
-    printf("| %4d | %6lld | %8.2f | %8.2f | %8.2f | %8.2f | %7.2f GB + %6.2f GB | %7.3f | %5.2fx | %5.2fx | %8.1f | %4.1f |\n", B,
+    printf("| %4d | %6lld | %8.3f | %8.3f | %8.3f | %8.3f | %7.2f GB + %6.2f GB | %7.3f | %5.3fx | %5.3fx | %8.1f | %4.1f |\n", B,
            (long long)ctx, direct, segments, graph, replay, weights / 1e9, packed / 1e9, floor_ms, segments / floor_ms,
            replay / floor_ms, floor40 * segments / floor_ms, flops / (replay * 1e-3) / 1e12);
     printf("       (fp32 state as held: %.2f GB, floor %.3f ms; 40-layer floor %.2f ms; a step in segments: %.1f launches "
