@@ -135,12 +135,6 @@ struct backend {
     void (*branch_begin)(backend_t *bk);
     void (*branch_end)(backend_t *bk);
     void (*branch_join)(backend_t *bk);
-    /* branch_mark, inside a branch, divides it: after branch_join_marked the ops see what the
-     * branch issued before the mark, while the rest of it may still run up to branch_join (the
-     * contract holds for each part up to its own join). branch_join_marked with no mark in the
-     * open branch does nothing. */
-    void (*branch_mark)(backend_t *bk);
-    void (*branch_join_marked)(backend_t *bk);
 
     /* ---- dense algebra ---- */
     /* out[t][o] = sum_i x[t][i] * W[row0 + o][i], for out->cols rows of W from row0. */

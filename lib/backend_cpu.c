@@ -425,7 +425,6 @@ backend_t *backend_cpu_create(int threads) {
         .indexer_topk = cpu_indexer_topk, .indexer_spans = cpu_indexer_spans,
         .router = cpu_router, .gate_router = cpu_gate_router, .mlp = cpu_mlp, .moe = cpu_moe, .pick = cpu_pick,
         .branch_begin = cpu_in_order, .branch_end = cpu_in_order, .branch_join = cpu_in_order,
-        .branch_mark = cpu_in_order, .branch_join_marked = cpu_in_order,
     };
     return bk;
 }

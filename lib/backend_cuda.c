@@ -569,7 +569,6 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         .indexer_topk = cu_indexer_topk, .indexer_spans = cu_indexer_spans,
         .router = cu_router, .gate_router = cu_gate_router, .mlp = cu_mlp, .moe = cu_moe, .pick = cu_pick,
         .branch_begin = cu_branch_begin, .branch_end = cu_branch_end, .branch_join = cu_branch_join,
-        .branch_mark = cu_branch_mark, .branch_join_marked = cu_branch_join_marked,
     };
     return bk;
 }

@@ -138,13 +138,12 @@ typedef struct {
     /* the second and third streams (backend_cuda_streams.c) */
     bool side_on, branch_on;
     cudaStream_t side, branch, main_stream;
-    cudaEvent_t side_fork, side_done, branch_fork, branch_done, branch_marked;
+    cudaEvent_t side_fork, side_done, branch_fork, branch_done;
     bool side_pending;      /* a hc_pre's coefficients in flight on side */
     void *side_partial;     /* its scratch, released when joined */
     unsigned *side_counter; /* its split-K counter (the main stream's matmuls use c->counters) */
     bool in_branch;         /* between branch_begin and branch_end: c->stream is the branch */
     bool branch_open;       /* ended, not yet joined */
-    bool branch_mark_open;  /* the open branch's mark, not yet joined */
     unsigned *branch_counters; /* the split-K counters of the stream not issuing now */
     void **held;            /* blocks released while another stream may still use them */
     size_t n_held, cap_held;
@@ -204,8 +203,6 @@ void cu_streams_destroy(cuda_t *c);
 void cu_branch_begin(backend_t *bk);
 void cu_branch_end(backend_t *bk);
 void cu_branch_join(backend_t *bk);
-void cu_branch_mark(backend_t *bk);
-void cu_branch_join_marked(backend_t *bk);
 
 /* Device scratch from the caching allocator (ordered on the stream, so it may be released as
  * soon as the last kernel using it is enqueued; inside a branch it is held to the join). */

@@ -63,7 +63,7 @@ void cu_join_branch(cuda_t *c) {
     if (c->in_branch) die("CUDA backend: an op that joins the branch was issued inside it");
     if (!c->branch_open) return;
     if (c->branch_on) cu_event_wait(c, c->stream, c->branch_done);
-    c->branch_open = c->branch_mark_open = false;
+    c->branch_open = false;
     release_held(c);
 }
 
@@ -82,7 +82,7 @@ static void swap_counters(cuda_t *c) {
 void cu_branch_begin(backend_t *bk) {
     cuda_t *c = cu_of(bk);
     if (c->in_branch || c->branch_open) die("CUDA backend: branch_begin before the last branch was joined");
-    c->in_branch = true, c->branch_mark_open = false;
+    c->in_branch = true;
     if (!c->branch_on) return;
     cu_event_record(c, c->branch_fork, c->stream);
     cu_event_wait(c, c->branch, c->branch_fork);
@@ -102,27 +102,11 @@ void cu_branch_end(backend_t *bk) {
 
 void cu_branch_join(backend_t *bk) { cu_join_branch(cu_of(bk)); }
 
-void cu_branch_mark(backend_t *bk) {
-    cuda_t *c = cu_of(bk);
-    if (!c->in_branch) die("CUDA backend: branch_mark outside a branch");
-    c->branch_mark_open = true;
-    if (c->branch_on) cu_event_record(c, c->branch_marked, c->stream);
-}
-
-/* Memory the branch holds stays held to the full join. */
-void cu_branch_join_marked(backend_t *bk) {
-    cuda_t *c = cu_of(bk);
-    if (c->in_branch) die("CUDA backend: branch_join_marked inside the branch");
-    if (!c->branch_open || !c->branch_mark_open) return;
-    if (c->branch_on) cu_event_wait(c, c->stream, c->branch_marked);
-    c->branch_mark_open = false;
-}
-
 void cu_streams_create(cuda_t *c, bool side_on, bool branch_on) {
     c->side_on = side_on, c->branch_on = branch_on;
     cudaStream_t *st[] = {&c->stream, &c->side, &c->branch};
     for (size_t i = 0; i < DI_ARRAY_LEN(st); i++) CU(cudaStreamCreateWithFlags(st[i], cudaStreamNonBlocking));
-    cudaEvent_t *ev[] = {&c->side_fork, &c->side_done, &c->branch_fork, &c->branch_done, &c->branch_marked};
+    cudaEvent_t *ev[] = {&c->side_fork, &c->side_done, &c->branch_fork, &c->branch_done};
     for (size_t i = 0; i < DI_ARRAY_LEN(ev); i++) CU(cudaEventCreateWithFlags(ev[i], cudaEventDisableTiming));
     CU(cudaMalloc((void **)&c->side_counter, sizeof *c->side_counter));
     CU(cudaMemset(c->side_counter, 0, sizeof *c->side_counter));
@@ -135,7 +119,7 @@ void cu_streams_destroy(cuda_t *c) {
     cu_sync(c);
     cudaStream_t st[] = {c->stream, c->side, c->branch};
     for (size_t i = 0; i < DI_ARRAY_LEN(st); i++) CU(cudaStreamDestroy(st[i]));
-    cudaEvent_t ev[] = {c->side_fork, c->side_done, c->branch_fork, c->branch_done, c->branch_marked};
+    cudaEvent_t ev[] = {c->side_fork, c->side_done, c->branch_fork, c->branch_done};
     for (size_t i = 0; i < DI_ARRAY_LEN(ev); i++) CU(cudaEventDestroy(ev[i]));
     CU(cudaFree(c->side_counter));
     CU(cudaFree(c->branch_counters));

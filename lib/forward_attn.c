@@ -192,7 +192,7 @@ static void indexer(fwd_t *f, int L, int64_t k0) {
     bk->matmul(bk, bk_rows(f->iq, k0, m), bk_rows(f->cq, k0, m), w->attn.idx_wq_b, 0);
     bk->rope_spans(bk, f->iq, c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], spans, ns, 1, false);
     fwd_qat(f, k0, f->iq, QAT_FP4_UE8M0, 32, false);
-    bk->branch_join_marked(bk); /* the keys and the head weights: the branch's part before its mark */
+    bk->branch_join(bk); /* the keys and the head weights come from the compressor's branch */
     for (int i = 0, k = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0)) continue;
@@ -282,18 +282,16 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     bk_tensor_t kv = bk_rows(f->kv, k0, m), u = bk_rows(f->u, k0, m);
 
     copies_t cp = {0};
-    /* The compressor, the indexer's head weights and the window KV alongside the query; the
-     * indexer joins the part before the mark, the attention the rest (run 215: the indexer
-     * waited ~10-13 us a layer for the window KV's chain ahead of the compressor). */
-    bk->branch_begin(bk);
-    if (s->ratio && s->has_compressor) compress(f, L, k0);
-    if (s->ratio && s->has_indexer) bk->matmul(bk, bk_rows(f->iw, k0, m), xin, w->attn.idx_wproj, 0);
-    bk->branch_mark(bk);
+    bk->branch_begin(bk); /* the window KV and the compressor alongside the query */
     bk->matmul(bk, kv, xin, w->attn.wkv, 0);
     bk->rmsnorm(bk, kv, kv, &w->attn.kv_norm, eps);
     rope_pieces(f, k0, f->kv, table);
     fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
     ring_writes(f, L, k0, 0, f->n_pieces, true, &cp);
+    if (s->ratio && s->has_compressor) compress(f, L, k0);
+    /* the indexer's head weights beside its query (device run 208: ~4 us off a layer whose branch
+       had time to spare, nothing lost in one whose branch had none) */
+    if (s->ratio && s->has_indexer) bk->matmul(bk, bk_rows(f->iw, k0, m), xin, w->attn.idx_wproj, 0);
     bk->branch_end(bk);
     for (int i = 0; s->ratio && s->has_compressor && i < f->n_pieces; i++) /* the new pages' addresses, for the ops */
         if (fwd_piece_active(&f->pieces[i], k0)) seqstate_sync(f->pieces[i].st, L);
@@ -301,7 +299,7 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     bk->rmsnorm(bk, cq, cq, &w->attn.q_norm, eps); /* kept: the indexer query reads it */
     bk->matmul(bk, q, cq, w->attn.wq_b, 0);
     rope_pieces(f, k0, f->q, table);
-    if (s->ratio && s->has_indexer) indexer(f, L, k0); /* joins the branch's first part before reading keys */
+    if (s->ratio && s->has_indexer) indexer(f, L, k0); /* joins the branch before reading keys */
     bk->branch_join(bk);
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
     int cut = wave_cut(f, k0);

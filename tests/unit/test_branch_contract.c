@@ -2,8 +2,7 @@
  * wraps the CPU one and notes every tensor each op reads or writes. Between branch_begin and
  * branch_end only the ops a branch allows may run; at the join (branch_join, or moe reading its
  * add) nothing the branch wrote may have been read or written by the main line's ops issued
- * after branch_end, nor anything the branch read written by them; at branch_join_marked the same
- * holds for the branch's ops before its mark, and the rest waits for the full join. The CUDA backend runs the
+ * after branch_end, nor anything the branch read written by them. The CUDA backend runs the
  * two sides on different streams, where a broken contract is a race that shows only sometimes;
  * here it fails every time. The checker's own failures are tested first. */
 #include "backend_cpu.h"
@@ -37,9 +36,8 @@ enum { OUTSIDE, IN_BRANCH, AFTER_END };
 static struct {
     backend_t *inner;
     int phase;
-    accesses_t head, branch, main; /* IN_BRANCH's accesses before the mark and after it, AFTER_END's */
-    bool marked;                    /* head holds a part not yet joined */
-    int branches, marks, conflicts, misplaced;
+    accesses_t branch, main; /* IN_BRANCH's accesses, AFTER_END's */
+    int branches, conflicts, misplaced;
     char first[256]; /* the first violation */
 } rec;
 
@@ -96,26 +94,18 @@ static bool overlap(const access_t *a, const access_t *b) {
     return false;
 }
 
-/* A part of the branch joined: its accesses against the main line's since branch_end. */
-static void check_part(accesses_t *part) {
-    for (size_t i = 0; i < part->n; i++)
+static void check_join(void) {
+    if (rec.phase == IN_BRANCH) misplaced("a join inside a branch");
+    if (rec.phase != AFTER_END) return;
+    for (size_t i = 0; i < rec.branch.n; i++)
         for (size_t j = 0; j < rec.main.n; j++) {
-            const access_t *b = &part->v[i], *m = &rec.main.v[j];
+            const access_t *b = &rec.branch.v[i], *m = &rec.main.v[j];
             if ((b->write || m->write) && overlap(b, m)) {
                 rec.conflicts++;
                 violation("the branch's %s and the main line's %s touch the same memory", b->op, m->op);
             }
         }
-    part->n = 0;
-}
-
-static void check_join(void) {
-    if (rec.phase == IN_BRANCH) misplaced("a join inside a branch");
-    if (rec.phase != AFTER_END) return;
-    check_part(&rec.head);
-    check_part(&rec.branch);
-    rec.main.n = 0;
-    rec.marked = false;
+    rec.branch.n = rec.main.n = 0;
     rec.phase = OUTSIDE;
 }
 
@@ -177,26 +167,6 @@ static void w_branch_end(backend_t *bk) {
 static void w_branch_join(backend_t *bk) {
     (void)bk;
     check_join();
-}
-static void w_branch_mark(backend_t *bk) {
-    (void)bk;
-    if (rec.phase != IN_BRANCH) {
-        misplaced("branch_mark outside a branch");
-        return;
-    }
-    if (rec.marked) misplaced("a second branch_mark in one branch");
-    accesses_t before = rec.branch; /* the part so far becomes the head */
-    rec.branch = rec.head, rec.branch.n = 0;
-    rec.head = before;
-    rec.marked = true;
-    rec.marks++;
-}
-static void w_branch_join_marked(backend_t *bk) {
-    (void)bk;
-    if (rec.phase == IN_BRANCH) misplaced("a join inside a branch");
-    if (rec.phase != AFTER_END || !rec.marked) return;
-    check_part(&rec.head);
-    rec.marked = false;
 }
 static void w_matmul(backend_t *bk, bk_tensor_t out, bk_tensor_t x, const bk_weight_t *w, int64_t row0) {
     (void)bk, rd(x, "matmul"), wr(out, "matmul");
@@ -335,7 +305,6 @@ static backend_t *recorder(backend_t *inner) {
         .alloc = w_alloc, .release = w_release, .upload = w_upload, .download = w_download, .copy = w_copy,
         .copy_many = w_copy_many, .bind = w_bind, .unbind = w_unbind, .destroy = NULL,
         .branch_begin = w_branch_begin, .branch_end = w_branch_end, .branch_join = w_branch_join,
-        .branch_mark = w_branch_mark, .branch_join_marked = w_branch_join_marked,
         .matmul = w_matmul, .matmul_grouped = w_matmul_grouped, .matmul_expand = w_matmul_expand, .rmsnorm = w_rmsnorm, .rope = w_rope, .rope_spans = w_rope_spans,
         .qat = w_qat, .hc_mix = w_hc_mix, .hc_collapse = w_hc_collapse, .hc_expand = w_hc_expand, .hc_fill = w_hc_fill,
         .hc_pre = w_hc_pre, .gather = w_gather, .engram_gate = w_engram_gate, .group_pool = w_group_pool,
@@ -346,7 +315,7 @@ static backend_t *recorder(backend_t *inner) {
 }
 
 static void recorder_free(backend_t *bk) {
-    free(rec.head.v), free(rec.branch.v), free(rec.main.v);
+    free(rec.branch.v), free(rec.main.v);
     free(bk);
 }
 
@@ -377,35 +346,6 @@ static void test_checker_finds_violations(void) {
     bk->rmsnorm(bk, bk_rows(bk_cols(a, 4, 4), 3, 1), bk_rows(bk_cols(a, 4, 4), 3, 1), NULL, 1e-6f);
     bk->branch_join(bk);
     CHECK(rec.conflicts > 0);
-    /* a marked branch: after branch_join_marked the main line may use what the part before the
-       mark wrote, not what the rest wrote; before it, neither */
-    rec.conflicts = 0;
-    bk->branch_begin(bk);
-    bk->rmsnorm(bk, bk_cols(a, 0, 4), bk_cols(a, 0, 4), NULL, 1e-6f);
-    bk->branch_mark(bk);
-    bk->rmsnorm(bk, bk_cols(b, 0, 4), bk_cols(b, 0, 4), NULL, 1e-6f);
-    bk->branch_end(bk);
-    bk->branch_join_marked(bk);
-    bk->copy(bk, bk_cols(a, 4, 4), bk_cols(a, 0, 4));
-    bk->branch_join(bk);
-    CHECK_EQ(rec.conflicts, 0);
-    bk->branch_begin(bk);
-    bk->rmsnorm(bk, bk_cols(a, 0, 4), bk_cols(a, 0, 4), NULL, 1e-6f);
-    bk->branch_mark(bk);
-    bk->rmsnorm(bk, bk_cols(b, 0, 4), bk_cols(b, 0, 4), NULL, 1e-6f);
-    bk->branch_end(bk);
-    bk->branch_join_marked(bk);
-    bk->copy(bk, bk_cols(b, 4, 4), bk_cols(b, 0, 4));
-    bk->branch_join(bk);
-    CHECK_EQ(rec.conflicts, 1);
-    bk->branch_begin(bk);
-    bk->rmsnorm(bk, bk_cols(a, 0, 4), bk_cols(a, 0, 4), NULL, 1e-6f);
-    bk->branch_mark(bk);
-    bk->branch_end(bk);
-    bk->copy(bk, bk_cols(a, 4, 4), bk_cols(a, 0, 4));
-    bk->branch_join_marked(bk);
-    bk->branch_join(bk);
-    CHECK_EQ(rec.conflicts, 2);
     /* an op a branch may not hold, and a branch inside a branch */
     bk->branch_begin(bk);
     bk->hc_fill(bk, a, bk_cols(b, 0, 4), bk_cols(a, 0, 2), 4);
@@ -457,7 +397,6 @@ static void run_forward(const char *preset, int64_t vocab) {
     CHECKF(rec.conflicts == 0 && rec.misplaced == 0, "tiny-%s: %d conflicts, %d misplaced ops (first: %s)", preset,
            rec.conflicts, rec.misplaced, rec.first);
     CHECKF(rec.branches >= 2 * (1 + SEQS + STEPS), "tiny-%s: only %d branches checked", preset, rec.branches);
-    CHECKF(rec.marks >= 1 + SEQS + STEPS, "tiny-%s: only %d marked branches checked", preset, rec.marks);
     CHECK_EQ(rec.phase, OUTSIDE);
     for (int s = 0; s < SEQS; s++) seqstate_free(st[s]);
     model_close(&m);
