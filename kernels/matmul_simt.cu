@@ -231,22 +231,25 @@ __global__ void __launch_bounds__(MM_WARPS * 32, (tune_of<KIND, MT>::blocks)) mm
 }
 
 // One position against a split reduction (decode's short outputs: the router gates, the
-// compressors): a block per MM_RW output rows and a warp per split, so that no partial sums leave
-// the block (no split-K counter, fences or second pass). Each lane fetches its first weight steps
+// compressors, the indexer's head weights): a block per MM_RW output rows and a warp per split
+// (past MR_WARPS splits a warp takes every MR_WARPS-th), so that no partial sums leave the block
+// (no split-K counter, fences or second pass). Each lane fetches its first weight steps
 // into registers before the kernel's wait (weights do not depend on the kernel before) and reads
 // the position's activations straight from memory (nothing to share: no staging). The bits are
 // mm_simt_kernel's at any number of positions: a lane adds the same 16-column steps in the same
 // order, the warp sums them alike, and the splits are added as splitk_sum_with adds them. ROUTE:
 // the outputs are a router's logits, and the block that finishes last routes them (router.cuh),
 // one dependent launch fewer a decode layer.
-#define MR_SPLITS 16 // most splits (warps of a block)
+#define MR_WARPS 16 // most warps of a block
+#define MR_SPLITS 64 // most splits
 
-template <int KIND, bool ROUTE> __global__ void __launch_bounds__(32 * MR_SPLITS) mm_rows_kernel(mm_args_t a) {
+template <int KIND, bool ROUTE> __global__ void __launch_bounds__(32 * MR_WARPS) mm_rows_kernel(mm_args_t a) {
     __shared__ float part[MM_RW][MR_SPLITS];
     extern __shared__ float route_sm[]; // ROUTE: route_row's
     const int STEPS = tune_of<KIND, 1>::steps;
     const bool quant = KIND == KW_FP8 || KIND == KW_FP4;
-    int split = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    int split = warp;
     int64_t o0 = (int64_t)blockIdx.x * MM_RW, k_lo = (int64_t)split * a.split_k;
     int kn = (int)min(a.split_k, a.k - k_lo);
     const uint8_t *rs[MM_RW];
@@ -266,51 +269,57 @@ template <int KIND, bool ROUTE> __global__ void __launch_bounds__(32 * MR_SPLITS
     };
     fetch(lane * MM_LANE);
     pdl_begin();
-    const float *x = a.x + k_lo;
-    float acc[MM_RW];
-#pragma unroll
-    for (int j = 0; j < MM_RW; j++) acc[j] = 0.0f;
-    for (int kk = lane * MM_LANE; kk < kn; kk += STEPS * MM_STEP) {
-        if (kk != lane * MM_LANE) fetch(kk);
-        float xv[STEPS][16];
-#pragma unroll
-        for (int u = 0; u < STEPS; u++) {
-            int e = kk + u * MM_STEP;
-            if (e >= kn) break;
-            if (a.x_vec)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    float4 f = __ldg((const float4 *)(x + e) + q);
-                    xv[u][4 * q] = f.x, xv[u][4 * q + 1] = f.y, xv[u][4 * q + 2] = f.z, xv[u][4 * q + 3] = f.w;
-                }
-            else
-#pragma unroll
-                for (int i = 0; i < 16; i++) xv[u][i] = __ldg(x + e + i);
+    for (; split < a.splits; split += warps) {
+        if (split != warp) { /* this warp's next split */
+            k_lo = (int64_t)split * a.split_k, kn = (int)min(a.split_k, a.k - k_lo);
+            fetch(lane * MM_LANE);
         }
+        const float *x = a.x + k_lo;
+        float acc[MM_RW];
 #pragma unroll
-        for (int u = 0; u < STEPS; u++) {
-            int e = kk + u * MM_STEP;
-            if (e >= kn) break;
+        for (int j = 0; j < MM_RW; j++) acc[j] = 0.0f;
+        for (int kk = lane * MM_LANE; kk < kn; kk += STEPS * MM_STEP) {
+            if (kk != lane * MM_LANE) fetch(kk);
+            float xv[STEPS][16];
 #pragma unroll
-            for (int j = 0; j < MM_RW; j++) {
-                float wv[16];
-                decode16<KIND>(raw[u][j], quant ? scale_of(rs[j], a.w.scale_f32, k_lo + e) : 1.0f, wv);
-                acc[j] += dot16(wv, xv[u]);
+            for (int u = 0; u < STEPS; u++) {
+                int e = kk + u * MM_STEP;
+                if (e >= kn) break;
+                if (a.x_vec)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        float4 f = __ldg((const float4 *)(x + e) + q);
+                        xv[u][4 * q] = f.x, xv[u][4 * q + 1] = f.y, xv[u][4 * q + 2] = f.z, xv[u][4 * q + 3] = f.w;
+                    }
+                else
+#pragma unroll
+                    for (int i = 0; i < 16; i++) xv[u][i] = __ldg(x + e + i);
+            }
+#pragma unroll
+            for (int u = 0; u < STEPS; u++) {
+                int e = kk + u * MM_STEP;
+                if (e >= kn) break;
+#pragma unroll
+                for (int j = 0; j < MM_RW; j++) {
+                    float wv[16];
+                    decode16<KIND>(raw[u][j], quant ? scale_of(rs[j], a.w.scale_f32, k_lo + e) : 1.0f, wv);
+                    acc[j] += dot16(wv, xv[u]);
+                }
             }
         }
-    }
 #pragma unroll
-    for (int j = 0; j < MM_RW; j++) {
-        float v = warp_sum(acc[j]);
-        if (lane == 0) part[j][split] = v;
+        for (int j = 0; j < MM_RW; j++) {
+            float v = warp_sum(acc[j]);
+            if (lane == 0) part[j][split] = v;
+        }
     }
     __syncthreads();
-    if (split < MM_RW && o0 + split < a.n) { /* whole warps */
+    if (warp < MM_RW && o0 + warp < a.n) { /* whole warps */
         int lanes = splitk_lanes(a.splits);
         float v = 0.0f;
-        for (int sp = lane; sp < a.splits; sp += lanes) v += part[split][sp];
+        for (int sp = lane; sp < a.splits; sp += lanes) v += part[warp][sp];
         for (int l = 1; l < lanes; l <<= 1) v += __shfl_xor_sync(0xffffffffu, v, l);
-        if (lane == 0) a.out[o0 + split] = v;
+        if (lane == 0) a.out[o0 + warp] = v;
     }
     if constexpr (ROUTE) /* the last block to finish routes the row (its own launch's bits) */
         if (splitk_last(a.counters, gridDim.x)) {
@@ -420,7 +429,7 @@ extern "C" cudaError_t k_matmul_simt(const mm_args_t *a, cudaStream_t s) {
     }
     if (a->x_group_n % (MM_WARPS * MM_RW)) return cudaErrorInvalidValue; /* an output group within one x block */
     if (k_matmul_rows_ok(a)) {
-        dim3 grid((unsigned)ceil_div(a->n, MM_RW)), block(32 * a->splits);
+        dim3 grid((unsigned)ceil_div(a->n, MM_RW)), block(32 * min(a->splits, MR_WARPS));
         if (!a->route.idx) return rows_launch<false>(a, grid, block, 0, s);
         size_t smem = route_smem((int)a->n, a->route.k);
         return smem > 48 * 1024 ? cudaErrorInvalidValue : rows_launch<true>(a, grid, block, smem, s);

@@ -179,8 +179,8 @@ static void compress(fwd_t *f, int L, int64_t k0) {
 }
 
 /* Indexer of index-source layer L: its selection for rows [k0, n), and the candidate blocks
- * when it is the candidate source (or restricted to them when it uses them). Its queries are
- * made while fwd_attention's branch (the compressor's keys, the head weights) may still run. */
+ * when it is the candidate source (or restricted to them when it uses them). Its queries and
+ * head weights are made while fwd_attention's branch (the compressor's keys) may still run. */
 static void indexer(fwd_t *f, int L, int64_t k0) {
     backend_t *bk = f->bk;
     const model_config_t *c = f->c;
@@ -189,10 +189,12 @@ static void indexer(fwd_t *f, int L, int64_t k0) {
     int64_t m = f->n - k0;
     bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
     int ns = piece_spans(f, k0, false, 1, spans);
+    /* the head weights here, not on the branch: its compressor chain is the longer line (run 217) */
+    bk->matmul(bk, bk_rows(f->iw, k0, m), bk_rows(f->xin, k0, m), w->attn.idx_wproj, 0);
     bk->matmul(bk, bk_rows(f->iq, k0, m), bk_rows(f->cq, k0, m), w->attn.idx_wq_b, 0);
     bk->rope_spans(bk, f->iq, c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], spans, ns, 1, false);
     fwd_qat(f, k0, f->iq, QAT_FP4_UE8M0, 32, false);
-    bk->branch_join(bk); /* the keys and the head weights come from the compressor's branch */
+    bk->branch_join(bk); /* the keys come from the compressor's branch */
     for (int i = 0, k = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0)) continue;
@@ -289,9 +291,6 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
     ring_writes(f, L, k0, 0, f->n_pieces, true, &cp);
     if (s->ratio && s->has_compressor) compress(f, L, k0);
-    /* the indexer's head weights beside its query (device run 208: ~4 us off a layer whose branch
-       had time to spare, nothing lost in one whose branch had none) */
-    if (s->ratio && s->has_indexer) bk->matmul(bk, bk_rows(f->iw, k0, m), xin, w->attn.idx_wproj, 0);
     bk->branch_end(bk);
     for (int i = 0; s->ratio && s->has_compressor && i < f->n_pieces; i++) /* the new pages' addresses, for the ops */
         if (fwd_piece_active(&f->pieces[i], k0)) seqstate_sync(f->pieces[i].st, L);

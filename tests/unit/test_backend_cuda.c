@@ -372,7 +372,8 @@ static void test_matmul_walks(void) {
 }
 
 /* A row's few-position matmul gives the same bits at 1 to 20 positions (CUDA cores: 1, 2, 4 or
- * 8 a pass; the activations staged in one chunk or in several; split or not; tensor cores,
+ * 8 a pass; the activations staged in one chunk or in several; split or not, one position in
+ * one block a few rows with up to 64 splits over 16 warps; tensor cores,
  * every precision: passes of 1 to 8 positions, 3 and 10 splits, FP8 and FP4): what batched
  * decode needs. */
 static void test_matmul_batch_invariance(void) {
@@ -385,7 +386,9 @@ static void test_matmul_batch_invariance(void) {
                  {WQ_FP4, 1300, 5120, CUDA_BF16X3},  {WQ_FP4, 1300, 5120, CUDA_BF16X2}, {WQ_FP8, 1300, 5120, CUDA_BF16},
                  {WQ_FP8, 700, 3000, CUDA_FP32},     {WQ_BF16, 384, 5120, CUDA_BF16X3} /* the router gate: 10 splits */,
                  {WQ_BF16, 271, 4096, CUDA_BF16X3} /* 16 splits */, {WQ_F32, 271, 4096, CUDA_BF16X3},
-                 {WQ_FP4, 700, 3000, CUDA_FP32}};
+                 {WQ_FP4, 700, 3000, CUDA_FP32},
+                 {WQ_BF16, 32, 5120, CUDA_BF16X3} /* the indexer's head weights: 20 splits, a warp two of them */,
+                 {WQ_F32, 24, 12288, CUDA_BF16X3} /* 48 splits: a warp three */};
     enum { M = 20 };
     int64_t ms[] = {8, 3, 2, 1};
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++) {
