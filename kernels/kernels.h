@@ -186,6 +186,14 @@ cudaError_t k_rmsnorm(float *out, int64_t ldo, const float *x, int64_t ldx, cons
 cudaError_t k_rope(float *x, int64_t ldx, int64_t rows, int64_t cols, int head_dim, const float *inv_freq, int half,
                    int64_t pos0, int64_t pos_step, const int64_t *row_pos, int inverse, cudaStream_t s);
 cudaError_t k_qat(float *x, int64_t ldx, int64_t rows, int64_t cols, int kind, int block, cudaStream_t s);
+/* k_rope then k_qat (block 16 or 32) of rows of x into out (the same bits): launch row r is
+ * row r0 + r at position pos0 + r * pos_step quantized when qat, or (table: device, rows triples)
+ * row table[3r] at position table[3r + 1] quantized when table[3r + 2]. k_rope_qat_ok: the shapes
+ * it takes (16-byte rows of at most 4,096 channels, head_dim a multiple of 4). */
+int k_rope_qat_ok(const float *out, int64_t ldo, const float *x, int64_t ldx, int64_t cols, int head_dim, int block);
+cudaError_t k_rope_qat(float *out, int64_t ldo, const float *x, int64_t ldx, int64_t rows, int64_t cols, int head_dim,
+                       const float *inv_freq, int half, int64_t r0, int64_t pos0, int64_t pos_step, int qat, const int64_t *table,
+                       int kind, int block, cudaStream_t s);
 cudaError_t k_hc_mix(float *coef, int64_t ldc, const float *mixes, int64_t ldm, const float *X, int64_t ldx, int64_t rows,
                      int64_t xcols, const float *base, const float *scale, int hc, float eps, float hc_eps, int iters,
                      cudaStream_t s);

@@ -1,16 +1,6 @@
 // QAT fake quantization in place (lib/qat.h) with the same fp32 operations as qat_apply, so
 // the device decides every rounding as the CPU does. Blocks of 16 or 32 (any divisor of 32).
-#include "common.cuh"
-
-enum { QAT_FP8_UE8M0, QAT_FP4_UE8M0, QAT_FP4_E4M3 }; // = qat_kind_t
-
-__device__ float qat_scale_dev(int kind, float amax) {
-    switch (kind) {
-    case QAT_FP8_UE8M0: return fp8_scale_dev(amax);
-    case QAT_FP4_UE8M0: return pow2_ceil_dev(fmaxf(amax, (float)(6.0 * 0x1p-126)) * (float)(1.0 / 6.0));
-    default: return e4m3_f(f32_to_e4m3_dev(fmaxf(amax, (float)(6.0 * 0x1p-9)) / 6.0f));
-    }
-}
+#include "qat.cuh"
 
 // One thread per element; the `block` threads of a block (aligned within a warp) share its
 // absolute maximum by shuffles.
@@ -21,11 +11,7 @@ __global__ void qat_kernel(float *x, int64_t ldx, int64_t rows, int64_t nblocks,
     float *v = b < n ? x + (b / nblocks) * ldx + (b % nblocks) * block + l : NULL;
     float val = v ? *v : 0.0f, amax = fabsf(val);
     for (int o = block / 2; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, block));
-    if (!v) return;
-    float lim = kind == QAT_FP8_UE8M0 ? 448.0f : 6.0f, sc = qat_scale_dev(kind, amax);
-    float q = fminf(fmaxf(val / sc, -lim), lim);
-    float d = kind == QAT_FP8_UE8M0 ? e4m3_f(f32_to_e4m3_dev(q)) : e2m1_f(f32_to_e2m1_dev(q));
-    *v = d * sc;
+    if (v) *v = qat_value(kind, val, qat_scale_dev(kind, amax));
 }
 
 extern "C" cudaError_t k_qat(float *x, int64_t ldx, int64_t rows, int64_t cols, int kind, int block, cudaStream_t s) {

@@ -86,12 +86,14 @@ static inline int64_t bk_paged_run(bk_paged_t p, int64_t j, int64_t n, bk_tensor
 /* A run of rows of one sequence for the ops that serve a whole batch in one call (the CUDA
  * backend's one launch instead of one per sequence): rows [r0, r0 + n) of the op's row
  * tensors, row r0 at position pos0. An op reads the fields its single-sequence form takes
- * (attention: ring, win_lo, pool; indexer: keys) and leaves rows outside every span alone. */
+ * (attention: ring, win_lo, pool; indexer: keys; rope_qat_spans: qat) and leaves rows outside
+ * every span alone. */
 typedef struct {
     int64_t r0, n, pos0;
     bk_tensor_t ring;
     bk_paged_t pool, keys;
     int64_t win_lo;
+    bool qat; /* the sequence trains with QAT: its rows are fake-quantized */
 } bk_span_t;
 
 /* The hc_expand an op's output feeds (matmul_expand, moe): X <- hc_expand(X, output, coef) over hc streams. */
@@ -157,6 +159,11 @@ struct backend {
                        int64_t pos_step, bool inverse);
     /* In place fake quantization of each row in blocks (qat.h). */
     void (*qat)(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
+    /* The rows of each span of x into the same rows of out (x itself, or a tensor of its shape
+     * that does not overlap it), turned as rope_spans turns them (not inverse), then those of the
+     * spans with qat fake-quantized as qat does: the same bits as the three ops. */
+    void (*rope_qat_spans)(backend_t *bk, bk_tensor_t out, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq,
+                           const bk_span_t *spans, int n_spans, int64_t pos_step, qat_kind_t kind, int block);
 
     /* ---- hyper-connections (MODEL_V41 §5.3) ---- */
     /* coef <- from mixes = fn . X (m x (2+hc)*hc) and X (m x hc*D): pre[hc], post[hc],

@@ -180,6 +180,16 @@ static void cpu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block) {
     for_rows(bk, x.rows, 8 * x.cols, qat_row, &a);
 }
 
+static void cpu_rope_qat_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq,
+                               const bk_span_t *spans, int n_spans, int64_t pos_step, qat_kind_t kind, int block) {
+    for (int i = 0; i < n_spans; i++) {
+        bk_tensor_t o = bk_rows(out, spans[i].r0, spans[i].n);
+        if (out.ptr != x.ptr) cpu_copy(bk, o, bk_rows(x, spans[i].r0, spans[i].n));
+        cpu_rope(bk, o, head_dim, inv_freq, spans[i].pos0, pos_step, false);
+        if (spans[i].qat) cpu_qat(bk, o, kind, block);
+    }
+}
+
 /* ---- hyper-connections ------------------------------------------------------------------ */
 typedef struct {
     bk_tensor_t coef, mixes, X, base, scale;
@@ -418,6 +428,7 @@ backend_t *backend_cpu_create(int threads) {
         .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_upload, .download = cpu_download,
         .copy = cpu_copy, .copy_many = cpu_copy_many, .bind = cpu_bind, .unbind = cpu_unbind, .destroy = cpu_destroy,
         .matmul = cpu_matmul_op, .matmul_grouped = cpu_matmul_grouped, .matmul_expand = cpu_matmul_expand, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .rope_spans = cpu_rope_spans, .qat = cpu_qat,
+        .rope_qat_spans = cpu_rope_qat_spans,
         .hc_mix = cpu_hc_mix, .hc_collapse = cpu_hc_collapse, .hc_expand = cpu_hc_expand, .hc_fill = cpu_hc_fill,
         .hc_pre = cpu_hc_pre,
         .gather = cpu_gather, .engram_gate = cpu_engram_gate,

@@ -562,6 +562,7 @@ backend_t *backend_cuda_create(int device, char *err, size_t errlen) {
         .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
         .copy = cuda_copy, .copy_many = cuda_copy_many, .bind = cuda_bind, .unbind = cuda_unbind, .destroy = cuda_destroy,
         .matmul = cu_matmul, .matmul_grouped = cu_matmul_grouped, .matmul_expand = cu_matmul_expand, .rmsnorm = cu_rmsnorm, .rope = cu_rope, .rope_spans = cu_rope_spans, .qat = cu_qat,
+        .rope_qat_spans = cu_rope_qat_spans,
         .hc_mix = cu_hc_mix, .hc_collapse = cu_hc_collapse, .hc_expand = cu_hc_expand, .hc_fill = cu_hc_fill,
         .hc_pre = cu_hc_pre,
         .gather = cu_gather, .engram_gate = cu_engram_gate,

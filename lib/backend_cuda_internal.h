@@ -238,6 +238,8 @@ void cu_rope(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, i
 void cu_rope_spans(backend_t *bk, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans, int n_spans,
                    int64_t pos_step, bool inverse);
 void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block);
+void cu_rope_qat_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans,
+                       int n_spans, int64_t pos_step, qat_kind_t kind, int block);
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters);
 void cu_hc_collapse(backend_t *bk, bk_tensor_t out, bk_tensor_t X, bk_tensor_t pre, int hc);

@@ -65,6 +65,42 @@ void cu_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block) {
     OP("qat", k_qat(F(x), x.ld, x.rows, x.cols, (int)kind, block, c->stream));
 }
 
+/* One launch (kernels/rope_qat.cu) where it takes the shape, a device table of (row, position,
+ * qat) triples for several spans; else copy, rope and qat op by op (the same bits). */
+void cu_rope_qat_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq, const bk_span_t *spans,
+                       int n_spans, int64_t pos_step, qat_kind_t kind, int block) {
+    cuda_t *c = cu_of(bk);
+    if (out.rows != x.rows || out.cols != x.cols)
+        die("CUDA backend: rope_qat of %lld x %lld into %lld x %lld", (long long)x.rows, (long long)x.cols, (long long)out.rows,
+            (long long)out.cols);
+    int64_t m = span_rows(spans, n_spans, x.rows, "rope_qat"), k = 0;
+    if (m == 0) return;
+    if (!k_rope_qat_ok(F(out), out.ld, F(x), x.ld, x.cols, head_dim, block)) {
+        for (int i = 0; i < n_spans; i++) {
+            bk_tensor_t o = bk_rows(out, spans[i].r0, spans[i].n);
+            if (out.ptr != x.ptr) bk->copy(bk, o, bk_rows(x, spans[i].r0, spans[i].n));
+            cu_rope(bk, o, head_dim, inv_freq, spans[i].pos0, pos_step, false);
+            if (spans[i].qat) cu_qat(bk, o, kind, block);
+        }
+        return;
+    }
+    int half = (int)inv_freq.cols;
+    if (n_spans == 1) {
+        OP("rope_qat", k_rope_qat(F(out), out.ld, F(x), x.ld, m, x.cols, head_dim, F(inv_freq), half, spans[0].r0, spans[0].pos0,
+                                  pos_step, spans[0].qat, NULL, (int)kind, block, c->stream));
+        return;
+    }
+    int64_t *t = xmalloc((size_t)(3 * m) * sizeof *t);
+    for (int i = 0; i < n_spans; i++)
+        for (int64_t r = 0; r < spans[i].n; r++)
+            t[3 * k] = spans[i].r0 + r, t[3 * k + 1] = spans[i].pos0 + r * pos_step, t[3 * k + 2] = spans[i].qat, k++;
+    int64_t *d = cu_upload_table(c, t, (size_t)(3 * m) * sizeof *t);
+    OP("rope_qat", k_rope_qat(F(out), out.ld, F(x), x.ld, m, x.cols, head_dim, F(inv_freq), half, 0, 0, 0, 0, d, (int)kind,
+                              block, c->stream));
+    cu_release_scratch(c, d);
+    free(t);
+}
+
 void cu_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale, int hc,
                float eps, float hc_eps, int iters) {
     cuda_t *c = cu_of(bk);

@@ -7,24 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-void fwd_qat(fwd_t *f, int64_t k0, bk_tensor_t t, qat_kind_t kind, int block, bool lat) {
-    /* adjacent pieces with QAT on form one run of rows */
-    int64_t a = 0, b = 0;
-    for (int i = 0; i <= f->n_pieces; i++) {
-        const fwd_piece_t *p = i < f->n_pieces ? &f->pieces[i] : NULL;
-        if (p && lat && !p->g) continue; /* no latents: neither part of a run nor a break in one */
-        bool on = p && fwd_piece_active(p, k0) && p->st->qat;
-        int64_t r = p ? (lat ? p->lat0 : p->r0) : 0, len = p ? (lat ? p->g : p->n) : 0;
-        if (on && b > a && r == b) {
-            b += len;
-            continue;
-        }
-        if (b > a) f->bk->qat(f->bk, bk_rows(t, a, b - a), kind, block);
-        a = b = 0;
-        if (on) a = r, b = r + len;
-    }
-}
-
 /* Pieces [0, cut) and [cut, n_pieces) of a layer from row k0 are the waves whose per-sequence
  * work may share one op call: a sequence appears once in a wave (under bounded replay its
  * head piece's window and pending rows must be written before its tail piece reads them). */
@@ -66,7 +48,8 @@ static int piece_spans(const fwd_t *f, int64_t k0, bool lat, int64_t ratio, bk_s
     for (int i = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0) || (lat && !p->g)) continue;
-        out[n++] = lat ? (bk_span_t){.r0 = p->lat0, .n = p->g, .pos0 = ratio * p->j0} : (bk_span_t){.r0 = p->r0, .n = p->n, .pos0 = p->p0};
+        out[n++] = lat ? (bk_span_t){.r0 = p->lat0, .n = p->g, .pos0 = ratio * p->j0, .qat = p->st->qat}
+                       : (bk_span_t){.r0 = p->r0, .n = p->n, .pos0 = p->p0, .qat = p->st->qat};
     }
     return n;
 }
@@ -160,12 +143,9 @@ static void compress(fwd_t *f, int L, int64_t k0) {
         bk_tensor_t key = bk_rows(f->key, la, lb - la);
         bk->matmul(bk, key, lat, w->attn.idx_wk, 0);
         bk->rmsnorm(bk, key, key, &w->attn.idx_k_norm, eps);
-        bk->rope_spans(bk, f->key, c->index_head_dim, table, spans, ns, r, false);
-        fwd_qat(f, k0, f->key, QAT_FP4_UE8M0, 32, true);
+        bk->rope_qat_spans(bk, f->key, f->key, c->index_head_dim, table, spans, ns, r, QAT_FP4_UE8M0, 32);
     }
-    bk->copy(bk, bk_rows(f->ent, la, lb - la), lat);
-    bk->rope_spans(bk, f->ent, c->head_dim, table, spans, ns, r, false);
-    fwd_qat(f, k0, f->ent, QAT_FP4_E4M3, 16, true);
+    bk->rope_qat_spans(bk, f->ent, f->lat, c->head_dim, table, spans, ns, r, QAT_FP4_E4M3, 16); /* the entries: the latents turned */
     for (int i = 0; i < f->n_pieces; i++) {
         fwd_piece_t *p = &f->pieces[i];
         if (!fwd_piece_active(p, k0) || !p->g) continue;
@@ -192,8 +172,7 @@ static void indexer(fwd_t *f, int L, int64_t k0) {
     /* the head weights here, not on the branch: its compressor chain is the longer line (run 217) */
     bk->matmul(bk, bk_rows(f->iw, k0, m), bk_rows(f->xin, k0, m), w->attn.idx_wproj, 0);
     bk->matmul(bk, bk_rows(f->iq, k0, m), bk_rows(f->cq, k0, m), w->attn.idx_wq_b, 0);
-    bk->rope_spans(bk, f->iq, c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], spans, ns, 1, false);
-    fwd_qat(f, k0, f->iq, QAT_FP4_UE8M0, 32, false);
+    bk->rope_qat_spans(bk, f->iq, f->iq, c->index_head_dim, f->m->inv_freq[ROPE_COMPRESS], spans, ns, 1, QAT_FP4_UE8M0, 32);
     bk->branch_join(bk); /* the keys come from the compressor's branch */
     for (int i = 0, k = 0; i < f->n_pieces; i++) {
         const fwd_piece_t *p = &f->pieces[i];
@@ -287,8 +266,8 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     bk->branch_begin(bk); /* the window KV and the compressor alongside the query */
     bk->matmul(bk, kv, xin, w->attn.wkv, 0);
     bk->rmsnorm(bk, kv, kv, &w->attn.kv_norm, eps);
-    rope_pieces(f, k0, f->kv, table);
-    fwd_qat(f, k0, f->kv, QAT_FP8_UE8M0, 32, false);
+    bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
+    bk->rope_qat_spans(bk, f->kv, f->kv, c->head_dim, table, spans, piece_spans(f, k0, false, 1, spans), 1, QAT_FP8_UE8M0, 32);
     ring_writes(f, L, k0, 0, f->n_pieces, true, &cp);
     if (s->ratio && s->has_compressor) compress(f, L, k0);
     bk->branch_end(bk);
@@ -300,7 +279,6 @@ void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand) {
     rope_pieces(f, k0, f->q, table);
     if (s->ratio && s->has_indexer) indexer(f, L, k0); /* joins the branch before reading keys */
     bk->branch_join(bk);
-    bk_span_t *spans = xmalloc((size_t)(f->n_pieces + 1) * sizeof *spans);
     int cut = wave_cut(f, k0);
     attend_wave(f, L, k0, 0, cut, spans, &cp);
     attend_wave(f, L, k0, cut, f->n_pieces, spans, &cp);

@@ -42,10 +42,6 @@ typedef struct {
 /* The pieces a layer runs on from row k0: all of them, or the tail pieces. */
 static inline bool fwd_piece_active(const fwd_piece_t *p, int64_t k0) { return p->r0 >= k0; }
 
-/* Applies a QAT rounding to t's rows of every active piece whose state has QAT on
- * (lat: the pieces' compressor rows [lat0, lat0 + g) instead of their batch rows). */
-void fwd_qat(fwd_t *f, int64_t k0, bk_tensor_t t, qat_kind_t kind, int block, bool lat);
-
 /* Attention block of layer L for batch rows [k0, n): reads f->xin, writes f->y, updates each
  * piece's window, pool, keys and pending state. */
 void fwd_attention(fwd_t *f, int L, int64_t k0, const bk_expand_t *expand);

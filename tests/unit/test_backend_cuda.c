@@ -1039,6 +1039,62 @@ static int make_spans(bk_span_t *sp, int64_t m) {
     return n;
 }
 
+/* rope_qat_spans in one launch (and op by op where the kernel does not take the shape): the
+ * bits of rope then qat on the GPU over every span's rows, in place or from another tensor, one
+ * span or several, QAT on or off a span; the rows of spans without QAT near the CPU's (rope's
+ * tolerance: the QAT'd ones can flip a level where the two rotations differ in the last bit). */
+static void test_rope_qat(void) {
+    enum { M = 12 };
+    struct {
+        int64_t cols, hd, half;
+        qat_kind_t kind;
+        int block;
+        bool in_place;
+        int64_t step;
+    } cases[] = {{512, 512, 32, QAT_FP8_UE8M0, 32, true, 1} /* the window KV */,
+                 {128, 128, 32, QAT_FP4_UE8M0, 32, true, 2} /* the compressor's keys */,
+                 {512, 512, 32, QAT_FP4_E4M3, 16, false, 2} /* its entries, from the latents */,
+                 {4096, 128, 32, QAT_FP4_UE8M0, 32, true, 1} /* the indexer's query, 32 heads */,
+                 {100, 50, 6, QAT_FP4_E4M3, 16, false, 1} /* heads of 50 channels: op by op */,
+                 {72, 36, 9, QAT_FP8_UE8M0, 32, false, 3} /* a partial QAT block; the turned part at 18 */};
+    bk_span_t sp[M + 2];
+    int ns = make_spans(sp, M);
+    for (int i = 0; i < ns; i++) sp[i].qat = i % 2 == 0;
+    for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++)
+        for (int one = 0; one < 2; one++) {
+            int64_t C = cases[t].cols, hd = cases[t].hd, half = cases[t].half;
+            const bk_span_t *s = one ? sp + 1 : sp;
+            int n = one ? 1 : ns;
+            float *x = t_rand_vec((size_t)(M * C), 1.0f), *f = xmalloc((size_t)half * 4);
+            for (int p = 0; p < half; p++) f[p] = powf(0.8f, (float)p);
+            pair_t tx = putf(x, M, C), tf = putf(f, 1, half), to = out2(BK_F32, M, C);
+            bk_tensor_t ref = gpu->alloc(gpu, BK_F32, M, C);
+            gpu->upload(gpu, ref, x);
+            for (int i = 0; i < n; i++) {
+                bk_tensor_t r = bk_rows(ref, s[i].r0, s[i].n);
+                gpu->rope(gpu, r, (int)hd, tf.g, s[i].pos0, cases[t].step, false);
+                if (s[i].qat) gpu->qat(gpu, r, cases[t].kind, cases[t].block);
+            }
+            bk_tensor_t og = cases[t].in_place ? tx.g : to.g, oc = cases[t].in_place ? tx.c : to.c;
+            gpu->rope_qat_spans(gpu, og, tx.g, (int)hd, tf.g, s, n, cases[t].step, cases[t].kind, cases[t].block);
+            cpu->rope_qat_spans(cpu, oc, tx.c, (int)hd, tf.c, s, n, cases[t].step, cases[t].kind, cases[t].block);
+            float *g = t_download(gpu, og), *c = t_download(cpu, oc), *e = t_download(gpu, ref);
+            int diff = 0;
+            double err = 0;
+            for (int i = 0; i < n; i++)
+                for (int64_t r = s[i].r0; r < s[i].r0 + s[i].n; r++) {
+                    diff += memcmp(g + r * C, e + r * C, (size_t)C * 4) != 0;
+                    if (!s[i].qat) err = fmax(err, t_max_err(g + r * C, c + r * C, (size_t)C));
+                }
+            if (cases[t].in_place) diff += memcmp(g + C, x + C, (size_t)C * 4) != 0; /* row 1: in no span */
+            CHECKF(diff == 0 && err <= 1e-5, "rope_qat case %zu%s: %d rows differ from rope then qat, error %.3g to the CPU", t,
+                   one ? " (one span)" : "", diff, err);
+            gpu->release(gpu, &ref);
+            free2(&tx), free2(&tf), free2(&to);
+            free(x), free(f), free(g), free(c), free(e);
+        }
+}
+
 static void test_batched_forms(void) {
     enum { M = 12 };
     bk_span_t sp[M + 2];
@@ -1965,7 +2021,7 @@ int main(int argc, char **argv) {
         {"test_hc_pre", test_hc_pre},
         {"test_engram_gate", test_engram_gate}, {"test_group_pool", test_group_pool}, {"test_attention", test_attention},
         {"test_indexer", test_indexer}, {"test_router", test_router}, {"test_gate_router", test_gate_router}, {"test_batched_forms", test_batched_forms},
-        {"test_tc_spans", test_tc_spans},
+        {"test_tc_spans", test_tc_spans}, {"test_rope_qat", test_rope_qat},
         {"test_moe", test_moe}, {"test_moe_batch_invariance", test_moe_batch_invariance}, {"test_tc_forms", test_tc_forms}, {"test_moe_expand", test_moe_expand}, {"test_matmul_expand", test_matmul_expand},
         {"test_moe_tcs", test_moe_tcs},
         {"test_tc_batch_invariance", test_tc_batch_invariance},

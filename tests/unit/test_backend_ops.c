@@ -658,6 +658,16 @@ static void test_batched_forms(void) {
     CHECK(same_f32(bk, a, b));
     float *ay = t_download(bk, a);
     CHECK(!memcmp(ay + 2 * 2 * hd, y + 2 * 2 * hd, (size_t)(2 * hd) * 4));
+    /* rope_qat_spans: copy, rope_spans and qat (the spans with qat) op by op; row 2 untouched */
+    bk_tensor_t o = bk->alloc(bk, BK_F32, 6, 2 * hd), c = put(bk, y, 6, 2 * hd), ref = put(bk, y, 6, 2 * hd);
+    bk->copy(bk, o, c);
+    sp[0].qat = true;
+    bk->rope_qat_spans(bk, o, c, (int)hd, tf, sp, 2, 3, QAT_FP4_E4M3, 16);
+    bk->rope_spans(bk, ref, (int)hd, tf, sp, 2, 3, false);
+    bk->qat(bk, bk_rows(ref, sp[0].r0, sp[0].n), QAT_FP4_E4M3, 16);
+    CHECK(same_f32(bk, o, ref));
+    CHECK(!same_f32(bk, o, a)); /* the first span was quantized */
+    bk->release(bk, &o), bk->release(bk, &c), bk->release(bk, &ref);
     bk->release(bk, &tf), bk->release(bk, &a), bk->release(bk, &b);
     free(y), free(ay);
 

@@ -200,6 +200,13 @@ static void w_qat(backend_t *bk, bk_tensor_t x, qat_kind_t kind, int block) {
     (void)bk, wr(x, "qat");
     IN->qat(IN, x, kind, block);
 }
+static void w_rope_qat_spans(backend_t *bk, bk_tensor_t out, bk_tensor_t x, int head_dim, bk_tensor_t inv_freq,
+                             const bk_span_t *spans, int n_spans, int64_t pos_step, qat_kind_t kind, int block) {
+    (void)bk, rd(inv_freq, "rope_qat_spans");
+    for (int i = 0; i < n_spans; i++)
+        rd(bk_rows(x, spans[i].r0, spans[i].n), "rope_qat_spans"), wr(bk_rows(out, spans[i].r0, spans[i].n), "rope_qat_spans");
+    IN->rope_qat_spans(IN, out, x, head_dim, inv_freq, spans, n_spans, pos_step, kind, block);
+}
 static void w_hc_mix(backend_t *bk, bk_tensor_t coef, bk_tensor_t mixes, bk_tensor_t X, bk_tensor_t base, bk_tensor_t scale,
                      int hc, float eps, float hc_eps, int iters) {
     (void)bk, main_line_only("hc_mix"), rd(mixes, "hc_mix"), rd(X, "hc_mix"), wr(coef, "hc_mix");
@@ -306,7 +313,7 @@ static backend_t *recorder(backend_t *inner) {
         .copy_many = w_copy_many, .bind = w_bind, .unbind = w_unbind, .destroy = NULL,
         .branch_begin = w_branch_begin, .branch_end = w_branch_end, .branch_join = w_branch_join,
         .matmul = w_matmul, .matmul_grouped = w_matmul_grouped, .matmul_expand = w_matmul_expand, .rmsnorm = w_rmsnorm, .rope = w_rope, .rope_spans = w_rope_spans,
-        .qat = w_qat, .hc_mix = w_hc_mix, .hc_collapse = w_hc_collapse, .hc_expand = w_hc_expand, .hc_fill = w_hc_fill,
+        .qat = w_qat, .rope_qat_spans = w_rope_qat_spans, .hc_mix = w_hc_mix, .hc_collapse = w_hc_collapse, .hc_expand = w_hc_expand, .hc_fill = w_hc_fill,
         .hc_pre = w_hc_pre, .gather = w_gather, .engram_gate = w_engram_gate, .group_pool = w_group_pool,
         .attention = w_attention, .attention_spans = w_attention_spans, .indexer_topk = w_indexer_topk,
         .indexer_spans = w_indexer_spans, .router = w_router, .gate_router = w_gate_router, .mlp = w_mlp, .moe = w_moe, .pick = w_pick,
