@@ -59,8 +59,7 @@ static void chunk_layout(fwd_t *f, carver_t *cv) {
         if (c->layers[L].has_indexer) f->sel[L] = carve(cv, BK_I32, n, c->index_topk);
     int64_t ER = c->n_engram * (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
     bk_tensor_t tokens = carve(cv, BK_I32, n, 1 + ER); /* a row's id, then its Engram rows */
-    f->ids = bk_cols(tokens, 0, 1);
-    f->erows = bk_cols(tokens, 1, ER);
+    if (tokens.ptr) f->ids = bk_cols(tokens, 0, 1), f->erows = bk_cols(tokens, 1, ER); /* not in the counting pass */
     if (c->n_engram) {
         int64_t R = (int64_t)(c->engram_max_ngram - 1) * c->engram_n_heads;
         f->eR = carve(cv, BK_F32, n, R * c->engram_head_dim);
