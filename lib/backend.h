@@ -93,7 +93,7 @@ typedef struct {
     bk_tensor_t ring;
     bk_paged_t pool, keys;
     int64_t win_lo;
-    bool qat; /* the sequence trains with QAT: its rows are fake-quantized */
+    bool qat; /* the sequence runs with QAT on: rope_qat_spans fake-quantizes its rows */
 } bk_span_t;
 
 /* The hc_expand an op's output feeds (matmul_expand, moe): X <- hc_expand(X, output, coef) over hc streams. */
