@@ -1060,10 +1060,12 @@ static void test_rope_qat(void) {
     bk_span_t sp[M + 2];
     int ns = make_spans(sp, M);
     for (int i = 0; i < ns; i++) sp[i].qat = i % 2 == 0;
+    bk_span_t lone = sp[1]; /* one span (the kernel's scalar form), QAT on */
+    lone.qat = true;
     for (size_t t = 0; t < DI_ARRAY_LEN(cases); t++)
         for (int one = 0; one < 2; one++) {
             int64_t C = cases[t].cols, hd = cases[t].hd, half = cases[t].half;
-            const bk_span_t *s = one ? sp + 1 : sp;
+            const bk_span_t *s = one ? &lone : sp;
             int n = one ? 1 : ns;
             float *x = t_rand_vec((size_t)(M * C), 1.0f), *f = xmalloc((size_t)half * 4);
             for (int p = 0; p < half; p++) f[p] = powf(0.8f, (float)p);
